@@ -1,0 +1,56 @@
+"""Baseline times (eager and torch.compile), cached on disk per task, sizes, device, torch
+version, precision policy and timing settings."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from .config import EvalConfig
+
+
+def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch_version: str,
+                 config: EvalConfig) -> str:
+    timing = (config.precision, config.warmup_reps, config.timing_reps, config.timing_min_reps,
+              config.timing_budget_s, config.l2_flush, config.timing_input_sets, config.cpu_threads)
+    digest = hashlib.sha256(json.dumps([source_hash, sizes, timing], sort_keys=True).encode()).hexdigest()[:16]
+    return f"{task_id}|{device}|torch {torch_version}|{config.precision}|{digest}"
+
+
+class BaselineCache:
+    """A JSON file of baseline results; `get` computes a missing entry once, even under threads."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
+        self._entries: dict[str, dict[str, Any]] = {}
+        if path.exists():
+            try:
+                self._entries = json.loads(path.read_text())
+            except (OSError, ValueError):
+                self._entries = {}  # a damaged cache is only a cache: measure again
+
+    def get(self, key: str, compute: Callable[[], dict[str, Any]], needed: tuple[str, ...]) -> dict[str, Any]:
+        with self._lock:
+            lock = self._key_locks.setdefault(key, threading.Lock())
+        with lock:
+            with self._lock:
+                entry = self._entries.get(key)
+            if entry is not None and all(name in entry for name in needed):
+                return entry
+            entry = compute()
+            with self._lock:
+                merged = {**self._entries.get(key, {}), **entry}
+                self._entries[key] = merged
+                self._save()
+            return merged
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self._entries, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)

@@ -1,0 +1,61 @@
+"""Evaluation settings. The defaults are the recommended, trustworthy setting."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+PRECISIONS = ("fp32", "tf32")
+POLICIES = ("strict", "permissive")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How a candidate is judged.
+
+    precision: "fp32" (strict: TF32 off everywhere, tight tolerance) or "tf32" (TF32 allowed for the
+        candidate AND enabled for the baselines, looser tolerance).
+    policy: "strict" (the forward may only create/view tensors and call the candidate's own native
+        code) or "permissive" (PyTorch compute allowed, as in KernelBench's prompt; never the default).
+    """
+
+    correctness_trials: int = 5
+    timing_input_sets: int = 3  # rotating input sets, so nothing can be cached by address
+    warmup_reps: int = 3
+    timing_reps: int = 50
+    timing_min_reps: int = 10
+    timing_budget_s: float = 1.0  # stop timing a callable after this long (once min reps are done)
+    l2_flush: bool = True
+    precision: str = "fp32"
+    policy: str = "strict"
+    baselines: tuple[str, ...] = ("eager", "compile")
+    compile_timeout_s: float = 300.0
+    eval_timeout_s: float = 120.0
+    baseline_timeout_s: float = 600.0
+    cpu_threads: int | None = None  # torch threads in CPU workers; None = all cores
+    cpu_memory_limit_gb: float | None = 16.0  # address-space cap for CPU workers
+    max_output_mb: float = 64.0  # cap on a worker's stdout/stderr file
+    max_log_chars: int = 4000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        unknown = set(self.baselines) - {"eager", "compile"}
+        if unknown:
+            raise ValueError(f"unknown baselines {sorted(unknown)}; use 'eager' and/or 'compile'")
+        if self.correctness_trials < 2:
+            raise ValueError("correctness_trials must be >= 2 (one draw cannot detect caching)")
+
+    def replace(self, **changes) -> "EvalConfig":
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def rel_norm_tolerance(self) -> float:
+        """Max ||out - ref|| / ||ref||. fp32 kernels land near 1e-6; TF32 near 3e-4."""
+        return 5e-5 if self.precision == "fp32" else 2e-3
+
+    @property
+    def elementwise_rtol(self) -> float:
+        return 1e-3 if self.precision == "fp32" else 1e-2

@@ -1,0 +1,469 @@
+"""`Evaluator`: judge a candidate against a task and return an `EvalResult`.
+
+Stages, each in a worker process (see pool.py, worker.py): build (a CPU slot, cached by content),
+baselines (cached), evaluation (one slot per device). `submit()` returns a future, so callers can
+keep the build slots busy while the device evaluates another candidate. No stage raises to the
+caller: every failure is a verdict.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..tasks.task import Task
+from .baselines import BaselineCache, baseline_key
+from .candidate import Candidate, InvalidCandidate, parse_candidate
+from .config import EvalConfig
+from .correctness import compare, degeneracy
+from .pool import Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
+from .protocol import Message
+from .result import ErrorCode, EvalResult, TimingStats, TrialResult
+
+EVALUATOR_VERSION = "0.1"
+_INTERNAL_KERNEL_MARKERS = ("at::", "c10::")
+BUILD_CACHE_LIMIT = 2000  # build directories kept; the oldest are removed beyond this
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("CUDA_GYM_CACHE") or Path.home() / ".cache" / "cuda_gym")
+
+
+class Evaluator:
+    """Judges candidates. Use as a context manager, or call `close()`.
+
+    backend: "auto" (cuda when a GPU is visible to a worker, else cpu), "cuda" or "cpu".
+    build_workers: concurrent builds (default: half the CPU cores, at least 1).
+    """
+
+    def __init__(self, backend: str = "auto", config: EvalConfig | None = None, *,
+                 cache_dir: str | Path | None = None, build_workers: int | None = None):
+        self.config = config or EvalConfig()
+        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.run_dir = self.cache_dir / "run"
+        for sub in ("run", "builds", "kernels", "inline"):
+            (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
+        self._pool = WorkerPool()
+        self.platform = self._probe("cuda" if backend in ("auto", "cuda") else "cpu")
+        if backend == "cuda" and self.platform["backend"] != "cuda":
+            raise RuntimeError("backend='cuda' was requested but no CUDA device is visible to torch; "
+                               "use backend='cpu' or check CUDA_VISIBLE_DEVICES and the driver")
+        self.backend = self.platform["backend"] if backend == "auto" else backend
+        self.torch_version = self.platform["torch_version"]
+        self.build_workers = build_workers or max(1, (os.cpu_count() or 2) // 2)
+        self._build_slots = threading.Semaphore(self.build_workers)
+        self._device_slot = threading.Semaphore(1)
+        self._executor = ThreadPoolExecutor(max_workers=self.build_workers + 4, thread_name_prefix="cuda-gym-eval")
+        self._baselines = BaselineCache(self.cache_dir / "baselines.json")
+        self._closed = False
+
+    # ----------------------------------------------------------------------------------- public
+    def evaluate(self, task: Task, candidate: Any, *, backend: str | None = None,
+                 config: EvalConfig | None = None) -> EvalResult:
+        """Judge `candidate` (source text or `Candidate`) on `task`; never raises for bad candidates."""
+        return self.submit(task, candidate, backend=backend, config=config).result()
+
+    def submit(self, task: Task, candidate: Any, *, backend: str | None = None,
+               config: EvalConfig | None = None) -> Future:
+        """Like `evaluate`, but returns a `concurrent.futures.Future[EvalResult]` at once."""
+        if self._closed:
+            raise RuntimeError("this Evaluator is closed")
+        backend = self._check_backend(backend)
+        return self._executor.submit(self._evaluate_safely, task, candidate, backend, config or self.config)
+
+    def baselines(self, task: Task, *, backend: str | None = None, config: EvalConfig | None = None) -> dict[str, Any]:
+        """Cached eager / torch.compile times for a task: {'eager': TimingStats|None, 'compile': ...}."""
+        backend = self._check_backend(backend)
+        entry = self._baseline_entry(task, backend, config or self.config)
+        return {name: (TimingStats(**entry[name]) if entry.get(name) else None) for name in ("eager", "compile")} | {
+            "errors": entry.get("errors", {})}
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._pool.close()
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def device_name(self) -> str:
+        return self.platform.get("device", "cpu") if self.backend == "cuda" else "cpu"
+
+    # ---------------------------------------------------------------------------------- plumbing
+    def _check_backend(self, backend: str | None) -> str:
+        backend = backend or self.backend
+        if backend not in ("cuda", "cpu"):
+            raise ValueError(f"backend must be 'cuda' or 'cpu', got {backend!r}")
+        if backend == "cuda" and self.platform["backend"] != "cuda":
+            raise ValueError("no CUDA device is visible to the workers; use backend='cpu'")
+        return backend
+
+    def _probe(self, backend: str) -> dict[str, Any]:
+        worker = Worker(WorkerSpec(role="probe", backend=backend, root=self.run_dir, isolate_network=False))
+        try:
+            message = worker.receive(time.monotonic() + READY_PROBE_TIMEOUT_S)
+            if message.kind != "probe":
+                raise RuntimeError(f"worker probe failed: {message.meta}")
+            return message.meta
+        except (WorkerDied, WorkerTimeout) as exc:
+            raise RuntimeError(f"could not start a worker process: {exc}\n{worker.log_tail(4000)}") from None
+        finally:
+            worker.kill()
+
+    def _spec(self, role: str, backend: str, config: EvalConfig, env: dict[str, str]) -> WorkerSpec:
+        return WorkerSpec(
+            role=role, backend=backend, root=self.run_dir, isolate_network=role in ("eval", "build"),
+            max_file_mb=max(config.max_output_mb, 512.0) if role == "build" else config.max_output_mb,
+            address_space_gb=config.cpu_memory_limit_gb if backend == "cpu" else None,
+            cpu_threads=config.cpu_threads, env=env,
+        )
+
+    def _base_env(self, backend: str) -> dict[str, str]:
+        env = {"CUDA_GYM_KERNEL_CACHE": str(self.cache_dir / "kernels"), "PYTHONDONTWRITEBYTECODE": "1"}
+        capability = self.platform.get("capability")
+        if backend == "cuda" and capability:
+            env["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
+        return env
+
+    def _candidate_key(self, candidate: Candidate, backend: str) -> str:
+        text = "\0".join([candidate.source, backend, self.torch_version, self._base_env(backend).get("TORCH_CUDA_ARCH_LIST", "")])
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def _evaluate_safely(self, task: Task, action: Any, backend: str, config: EvalConfig) -> EvalResult:
+        started = time.monotonic()
+        result = EvalResult(task_id=task.id, backend=backend, error_code=ErrorCode.INTERNAL_ERROR,
+                            device=self.device_name if backend == "cuda" else "cpu",
+                            torch_version=self.torch_version, precision=config.precision, policy=config.policy)
+        try:
+            self._evaluate(task, action, backend, config, result)
+        except Exception as exc:  # noqa: BLE001 - an evaluator bug is still a verdict, not a crash
+            import traceback
+
+            result.error_code = ErrorCode.INTERNAL_ERROR
+            result.message = f"evaluator error: {type(exc).__name__}: {exc}"
+            result.runtime_log = traceback.format_exc(limit=10)[-config.max_log_chars:]
+        result.eval_seconds = round(time.monotonic() - started - result.compile_seconds, 4)
+        return result
+
+    def _evaluate(self, task: Task, action: Any, backend: str, config: EvalConfig, result: EvalResult) -> None:
+        try:
+            candidate = parse_candidate(action)
+        except InvalidCandidate as exc:
+            result.error_code, result.message = ErrorCode.INVALID_ACTION, str(exc)
+            return
+        key = self._candidate_key(candidate, backend)
+        result.candidate_hash = key
+        env = self._base_env(backend) | {"TORCH_EXTENSIONS_DIR": str(self.cache_dir / "inline" / key)}
+        if not self._build(candidate, key, backend, config, env, result):
+            return
+        result.compiled = True
+        if config.baselines:
+            entry = self._baseline_entry(task, backend, config)
+            for name in ("eager", "compile"):
+                if entry.get(name):
+                    setattr(result, f"{name}_time", TimingStats(**entry[name]))
+            for name, error in entry.get("errors", {}).items():
+                result.flags.append(f"baseline_{name}_failed")
+                result.runtime_log += f"[{name} baseline] {error}\n"
+        self._judge(task, candidate, backend, config, env, result)
+        if result.correct and result.candidate_time:
+            candidate_ms = result.candidate_time.median_ms
+            if result.eager_time:
+                result.speedup_vs_eager = result.eager_time.median_ms / candidate_ms
+            if result.compile_time:
+                result.speedup_vs_compile = result.compile_time.median_ms / candidate_ms
+
+    # -------------------------------------------------------------------------------------- build
+    def _build(self, candidate: Candidate, key: str, backend: str, config: EvalConfig, env: dict[str, str],
+               result: EvalResult) -> bool:
+        marker = self.cache_dir / "builds" / f"{key}.ok"
+        if marker.exists():
+            result.build_cached = True
+            os.utime(marker)
+            return True
+        if candidate.form == "python":
+            return True  # nothing to compile; the policy check will judge it
+        started = time.monotonic()
+        with self._build_slots:
+            worker = self._pool.acquire(self._spec("build", backend, config, env | {"CUDA_VISIBLE_DEVICES": ""}),
+                                        keep_spare=False)
+            outcome: dict[str, Any] = {}
+
+            def on_message(message: Message) -> bool:
+                outcome[message.kind] = message.meta
+                return message.kind not in ("built", "error")
+
+            try:
+                run_job(worker, {"candidate_source": candidate.source, "env": env | {"CUDA_VISIBLE_DEVICES": ""},
+                                 "config": {"precision": config.precision}}, config.compile_timeout_s, on_message)
+            except WorkerTimeout:
+                outcome["timeout"] = True
+            except WorkerDied as exc:
+                outcome["died"] = str(exc)
+            finally:
+                log = worker.log_tail(config.max_log_chars)
+                worker.kill()
+        result.compile_seconds = round(time.monotonic() - started, 4)
+        if "built" in outcome:
+            marker.write_text(f"{backend} torch {self.torch_version}\n")
+            self._trim_build_cache()
+            return True
+        if outcome.get("timeout"):
+            result.error_code = ErrorCode.COMPILE_TIMEOUT
+            result.message = (f"the build ran past {config.compile_timeout_s:g} s and was stopped; "
+                              "simplify the kernel source or use the cuda_gym.native form (no torch headers)")
+        elif "error" in outcome:
+            error = outcome["error"]
+            result.error_code = ErrorCode(error.get("code", "RUNTIME_ERROR"))
+            if result.error_code is ErrorCode.RUNTIME_ERROR:
+                result.message = "the candidate module raised while it was imported: " + error.get("message", "")
+            else:
+                result.message = error.get("message", "")
+            log = (error.get("message", "") + "\n" + log)[-config.max_log_chars:]
+        else:
+            result.error_code = ErrorCode.RUNTIME_ERROR
+            result.message = f"the candidate crashed while it was imported and built ({outcome.get('died', '')})"
+        result.compile_log = log
+        return False
+
+    def _trim_build_cache(self) -> None:
+        markers = sorted((self.cache_dir / "builds").glob("*.ok"), key=lambda p: p.stat().st_mtime)
+        for marker in markers[:-BUILD_CACHE_LIMIT]:
+            import shutil
+
+            shutil.rmtree(self.cache_dir / "inline" / marker.stem, ignore_errors=True)
+            marker.unlink(missing_ok=True)
+
+    # ---------------------------------------------------------------------------------- baselines
+    def _job(self, task: Task, backend: str, config: EvalConfig, **extra: Any) -> dict[str, Any]:
+        return {"task_id": task.id, "task_source": task.source, "sizes": task.sizes_for(backend),
+                "seed": config.seed, "config": {
+                    "correctness_trials": config.correctness_trials, "timing_input_sets": config.timing_input_sets,
+                    "warmup_reps": config.warmup_reps, "timing_reps": config.timing_reps,
+                    "timing_min_reps": config.timing_min_reps, "timing_budget_s": config.timing_budget_s,
+                    "l2_flush": config.l2_flush, "precision": config.precision, "policy": config.policy,
+                    "baselines": list(config.baselines)}, **extra}
+
+    def _baseline_entry(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
+        device = self.device_name if backend == "cuda" else f"cpu x{config.cpu_threads or os.cpu_count()}"
+        key = baseline_key(task.id, task.source_hash, task.sizes_for(backend), device, self.torch_version, config)
+
+        def compute() -> dict[str, Any]:
+            entry: dict[str, Any] = {"errors": {}}
+            outcome: dict[str, Any] = {}
+            with self._device_slot:
+                worker = self._pool.acquire(self._spec("baseline", backend, config, self._base_env(backend)))
+                try:
+                    run_job(worker, self._job(task, backend, config, env=self._base_env(backend)),
+                            config.baseline_timeout_s, lambda m: outcome.setdefault(m.kind, m.meta) is not None)
+                except WorkerTimeout:
+                    entry["errors"]["all"] = f"timed out after {config.baseline_timeout_s:g} s"
+                except WorkerDied as exc:
+                    entry["errors"]["all"] = f"{exc}\n{worker.log_tail(2000)}"
+                finally:
+                    worker.kill()
+            if "baseline" in outcome:
+                for name in config.baselines:
+                    entry[name] = outcome["baseline"].get(name)
+            elif "error" in outcome:
+                entry["errors"]["all"] = outcome["error"].get("message", "")
+            for name in config.baselines:
+                entry.setdefault(name, None)
+            return entry
+
+        return self._baselines.get(key, compute, tuple(config.baselines))
+
+    # -------------------------------------------------------------------------------------- judge
+    def _judge(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],
+               result: EvalResult) -> None:
+        judge = _Judgement(config, result)
+        with self._device_slot:
+            worker = self._pool.acquire(self._spec("eval", backend, config, self._base_env(backend)))
+            try:
+                run_job(worker, self._job(task, backend, config, candidate_source=candidate.source, env=env),
+                        config.eval_timeout_s, judge.on_message)
+            except WorkerTimeout:
+                judge.verdict(ErrorCode.TIMEOUT, f"the evaluation ran past {config.eval_timeout_s:g} s and was "
+                              f"stopped (stage: {judge.stage}); look for an infinite loop or a deadlock")
+            except WorkerDied as exc:
+                judge.verdict(ErrorCode.RUNTIME_ERROR, f"the worker died during {judge.stage}: {exc} "
+                              "(a segfault, abort, exit or fatal CUDA error in the candidate)")
+            finally:
+                log = worker.log_tail(config.max_log_chars)
+                worker.kill()
+        result.runtime_log = (result.runtime_log + log)[-config.max_log_chars:]
+        judge.finish()
+
+
+class _Judgement:
+    """Turns a worker's messages into a verdict. Decides on the evaluator's side of the pipe."""
+
+    def __init__(self, config: EvalConfig, result: EvalResult):
+        self.config = config
+        self.result = result
+        self.stage = "setup"
+        self.reference: list[list[np.ndarray]] = []
+        self.reference_dtypes: list[list[str]] = []
+        self.distributions: list[str] = []
+        self.decided = False
+        self.timing: dict[str, Any] | None = None
+        self.checks: dict[str, Any] | None = None
+
+    def verdict(self, code: ErrorCode, message: str) -> bool:
+        if not self.decided:
+            self.decided = True
+            self.result.error_code = code
+            self.result.message = message
+        return False  # stop reading: the verdict is in
+
+    def on_message(self, message: Message) -> bool:
+        meta = message.meta
+        if message.kind == "ready":
+            return True
+        if message.kind == "error":
+            code = meta.get("code", "RUNTIME_ERROR")
+            code = ErrorCode(code) if code in ErrorCode.__members__ else ErrorCode.RUNTIME_ERROR
+            self.result.runtime_log += str(meta.get("traceback", ""))
+            return self.verdict(code, str(meta.get("message", "")))
+        if message.kind == "reference":
+            return self._on_reference(message)
+        if message.kind == "loaded":
+            self.stage = "the correctness trials"
+            return True
+        if message.kind == "trial":
+            return self._on_trial(message)
+        if message.kind == "checks":
+            return self._on_checks(meta)
+        if message.kind == "timing":
+            self.timing = meta
+            return True
+        return self.verdict(ErrorCode.FORBIDDEN, f"the worker sent an unexpected message {message.kind!r}")
+
+    def _on_reference(self, message: Message) -> bool:
+        counts = message.meta.get("counts", [])
+        offset = 0
+        for count in counts:
+            self.reference.append(message.arrays[offset: offset + int(count)])
+            offset += int(count)
+        self.reference_dtypes = message.meta.get("dtypes", [])
+        self.distributions = message.meta.get("distributions", [])
+        trials = self.config.correctness_trials
+        reason = degeneracy(self.reference[:trials])
+        if reason:
+            self.result.flags.append("degenerate_task")
+            self.result.message = f"warning: {reason}; this task cannot tell a kernel from a constant"
+        self.stage = "loading the candidate"
+        return True
+
+    def _on_trial(self, message: Message) -> bool:
+        meta = message.meta
+        index = int(meta.get("index", -1))
+        if not 0 <= index < len(self.reference) or index != len(self.result.trials):
+            return self.verdict(ErrorCode.FORBIDDEN, "the worker reported trials out of order")
+        if meta.get("tampered"):
+            return self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
+                                + ", ".join(meta["tampered"]))
+        if not meta.get("recording_intact", False):
+            return self.verdict(ErrorCode.FORBIDDEN, "the candidate disabled or replaced the ATen op recorder")
+        trial = compare(message.arrays, self.reference[index], cand_dtypes=meta.get("dtypes", []),
+                        ref_dtypes=self.reference_dtypes[index], config=self.config,
+                        distribution=self.distributions[index])
+        if meta.get("mutated_inputs"):
+            trial.passed = False
+            trial.message = f"the forward modified its input(s) {meta['mutated_inputs']}; inputs must stay unchanged"
+        self.result.trials.append(trial)
+        if not trial.passed:
+            return self.verdict(ErrorCode.INCORRECT, f"trial {index} ({trial.distribution} inputs): {trial.message}")
+        return True
+
+    def _on_checks(self, meta: dict[str, Any]) -> bool:
+        self.checks = meta
+        self.stage = "timing"
+        self.result.flags += list(meta.get("flags", []))
+        self.result.kernels = list(meta.get("kernels", []))[:50]
+        forbidden = meta.get("forbidden_ops") or {}
+        self.result.forbidden_ops = sorted(forbidden)
+        if meta.get("tampered"):
+            return self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
+                                + ", ".join(meta["tampered"]))
+        if self.config.policy == "strict":
+            if forbidden:
+                ops = ", ".join(f"{op} x{n}" for op, n in sorted(forbidden.items()))
+                return self.verdict(ErrorCode.FORBIDDEN, f"the forward ran PyTorch compute ops ({ops}); under the "
+                                    "strict policy all compute must run in the candidate's own kernels")
+            if int(meta.get("native_calls", 0)) == 0:
+                return self.verdict(ErrorCode.FORBIDDEN, "the forward never called the candidate's native code "
+                                    "(load_kernels functions or load_inline module functions)")
+            if self.result.backend == "cuda":
+                own = [k for k in meta.get("kernels", []) if not any(m in k for m in _INTERNAL_KERNEL_MARKERS)]
+                if not own:
+                    return self.verdict(ErrorCode.FORBIDDEN, "no kernel of the candidate's own ran on the GPU "
+                                        "during the forward")
+        return True
+
+    def _on_timing(self) -> None:
+        timing = self.timing or {}
+        if timing.get("tampered"):
+            self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process while it was timed: "
+                         + ", ".join(timing["tampered"]))
+            return
+        trials = self.config.correctness_trials
+        tolerance = max(1e-4, 10 * self.config.rel_norm_tolerance)
+        expected = []
+        for arrays in self.reference[trials:]:
+            sums = []
+            for array in arrays:
+                as_double = array.astype(np.float64)
+                sums += [float(as_double.sum()), float(np.abs(as_double).sum())]
+            expected.append(sums)
+        for rep, row in enumerate(timing.get("checksums", [])):
+            which = int(row[0]) if row else -1
+            if not 0 <= which < len(expected) or len(row) - 1 != len(expected[which]):
+                self.verdict(ErrorCode.INCORRECT, f"timed call {rep} returned a different number of outputs")
+                return
+            got, want = row[1:], expected[which]
+            for position in range(0, len(want), 2):
+                scale = want[position + 1] + 1e-12
+                if not (abs(got[position] - want[position]) <= tolerance * scale
+                        and abs(got[position + 1] - want[position + 1]) <= tolerance * scale):
+                    self.verdict(ErrorCode.INCORRECT, f"timed call {rep} returned a wrong result (checksum "
+                                 f"{got[position]:.6g}, expected {want[position]:.6g}): outputs cached, "
+                                 "skipped or finished after the call returned")
+                    return
+        self.result.candidate_time = TimingStats(**timing["stats"])
+        self.result.flags += list(timing.get("flags", []))
+
+    def finish(self) -> None:
+        if self.decided:
+            return
+        if self.checks is None or len(self.result.trials) < self.config.correctness_trials:
+            self.verdict(ErrorCode.RUNTIME_ERROR, f"the worker stopped during {self.stage} without a verdict")
+            return
+        if self.timing is None:
+            self.verdict(ErrorCode.RUNTIME_ERROR, "the worker stopped before timing finished")
+            return
+        self._on_timing()
+        if self.decided:
+            return
+        self.result.correct = True
+        errors = [t for t in self.result.trials]
+        self.result.max_abs_error = max(t.max_abs_error for t in errors)
+        self.result.max_rel_error = max(t.max_rel_error for t in errors)
+        self.result.rel_norm_error = max(t.rel_norm_error for t in errors)
+        message = self.result.message
+        self.verdict(ErrorCode.OK, message if message.startswith("warning") else "correct")
+
+
+READY_PROBE_TIMEOUT_S = 300.0

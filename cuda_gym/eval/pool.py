@@ -1,0 +1,248 @@
+"""Worker processes: started from a fork server with torch imported, killed with their group.
+
+`WorkerPool` keeps one warm spare per (backend, role) so that a job never waits for a process to
+start, import torch or create a CUDA context: a job takes the spare and a new spare starts behind
+it. Every worker runs exactly one job and exits, so nothing a candidate did to its process (patched
+functions, CUDA errors, leaked memory) can reach the next candidate.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .protocol import Message, ProtocolError, decode
+
+MAX_MESSAGE_BYTES = 4 * 2**30
+READY_TIMEOUT_S = 300.0
+
+_context_lock = threading.Lock()
+_context: Any = None
+_starting = threading.local()
+
+
+def _install_main_module_guard() -> None:
+    """Workers run an importable function and must not re-execute the caller's __main__ script
+    (multiprocessing would, and a script without an `if __name__ == "__main__"` guard then
+    recurses). Strip the main-module fields for processes this module starts, and only those."""
+    from multiprocessing import spawn
+
+    original = spawn.get_preparation_data
+    if getattr(original, "_cuda_gym_guard", False):
+        return
+
+    def get_preparation_data(name: str) -> dict:
+        data = original(name)
+        if getattr(_starting, "active", False):
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+        return data
+
+    get_preparation_data._cuda_gym_guard = True  # type: ignore[attr-defined]
+    spawn.get_preparation_data = get_preparation_data
+
+
+def _mp_context() -> Any:
+    """The fork-server context; the server imports torch and the worker code once, CUDA never."""
+    global _context
+    with _context_lock:
+        if _context is None:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["cuda_gym.eval.worker"])
+            _install_main_module_guard()
+            _context = ctx
+        return _context
+
+
+class WorkerTimeout(Exception):
+    pass
+
+
+class WorkerDied(Exception):
+    def __init__(self, message: str, exitcode: int | None):
+        super().__init__(message)
+        self.exitcode = exitcode
+
+
+@dataclass
+class WorkerSpec:
+    role: str  # "probe", "build", "eval" or "baseline"
+    backend: str
+    root: Path  # where scratch directories are made
+    isolate_network: bool = True
+    max_file_mb: float = 64.0
+    address_space_gb: float | None = None
+    cpu_threads: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+class Worker:
+    """One worker process and the pipe it reports on."""
+
+    def __init__(self, spec: WorkerSpec):
+        self.spec = spec
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"cg-{spec.role}-", dir=spec.root))
+        self.log_path = self.scratch / "worker.log"
+        ctx = _mp_context()
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        setup = {
+            "role": spec.role, "backend": spec.backend, "log_path": str(self.log_path),
+            "scratch_dir": str(self.scratch), "env": spec.env, "isolate_network": spec.isolate_network,
+            "max_file_mb": spec.max_file_mb, "address_space_gb": spec.address_space_gb,
+            "cpu_threads": spec.cpu_threads,
+        }
+        from . import worker as worker_module
+
+        self.process = ctx.Process(target=worker_module.worker_main, args=(child_conn, setup), daemon=True)
+        _starting.active = True
+        try:
+            self.process.start()
+        finally:
+            _starting.active = False
+        child_conn.close()
+        self.conn = parent_conn
+        self.ready: dict[str, Any] | None = None
+        self.started_at = time.monotonic()
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
+        if self.ready is None:
+            message = self.receive(time.monotonic() + timeout_s)
+            if message.kind != "ready":
+                raise WorkerDied(f"worker sent {message.kind!r} before 'ready': {message.meta}", self.process.exitcode)
+            self.ready = message.meta
+        return self.ready
+
+    def send_job(self, job: dict[str, Any]) -> None:
+        self.conn.send_bytes(json.dumps(job).encode())
+
+    def receive(self, deadline: float) -> Message:
+        """The next message, or WorkerTimeout / WorkerDied."""
+        remaining = deadline - time.monotonic()
+        try:
+            if remaining <= 0 or not self.conn.poll(remaining):
+                raise WorkerTimeout()
+            payload = self.conn.recv_bytes(MAX_MESSAGE_BYTES)
+        except (EOFError, OSError, ConnectionError):
+            self.process.join(timeout=5)
+            raise WorkerDied(f"the worker {_describe_exit(self.process.exitcode)}", self.process.exitcode) from None
+        try:
+            return decode(payload)
+        except ProtocolError as exc:
+            raise WorkerDied(f"the worker sent a malformed message ({exc})", None) from None
+
+    def messages(self, deadline: float) -> Any:
+        """Yield messages until the worker's 'exit' message."""
+        while True:
+            message = self.receive(deadline)
+            if message.kind == "exit":
+                return
+            yield message
+
+    def log_tail(self, limit: int) -> str:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - limit))
+                text = handle.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        return ("[...]\n" + text) if size > limit else text
+
+    def kill(self) -> None:
+        """Kill the worker and everything in its process group; remove its scratch directory."""
+        pid = self.process.pid
+        if pid is not None and self.process.exitcode is None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.process.kill()
+            except (OSError, ValueError):
+                pass
+        elif pid is not None:
+            try:  # the worker exited; anything it left in its group goes too
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.process.join(timeout=10)
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        try:
+            self.process.close()
+        except ValueError:
+            pass
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+class WorkerPool:
+    """Hands out ready workers; keeps one spare per spec key warming up in the background."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spares: dict[tuple, Worker] = {}
+        self._closed = False
+
+    @staticmethod
+    def _key(spec: WorkerSpec) -> tuple:
+        return (spec.role, spec.backend, spec.isolate_network, spec.max_file_mb, spec.address_space_gb,
+                spec.cpu_threads, str(spec.root), tuple(sorted(spec.env.items())))
+
+    def acquire(self, spec: WorkerSpec, *, keep_spare: bool = True) -> Worker:
+        key = self._key(spec)
+        with self._lock:
+            worker = self._spares.pop(key, None)
+            if keep_spare and not self._closed:
+                self._spares[key] = Worker(spec)
+        if worker is None or worker.process.exitcode is not None:
+            if worker is not None:
+                worker.kill()
+            worker = Worker(spec)
+        return worker
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            spares, self._spares = list(self._spares.values()), {}
+        for worker in spares:
+            worker.kill()
+
+    def live_spares(self) -> int:
+        with self._lock:
+            return sum(1 for w in self._spares.values() if w.process.exitcode is None)
+
+
+def run_job(worker: Worker, job: dict[str, Any], timeout_s: float,
+            on_message: Callable[[Message], bool]) -> None:
+    """Send `job`, feed messages to `on_message` until it returns False or the worker exits.
+
+    Raises WorkerTimeout or WorkerDied; the caller kills the worker in every case.
+    """
+    deadline = time.monotonic() + timeout_s
+    worker.wait_ready(max(timeout_s, READY_TIMEOUT_S))
+    worker.send_job(job)
+    for message in worker.messages(deadline):
+        if not on_message(message):
+            return

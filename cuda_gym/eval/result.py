@@ -1,0 +1,130 @@
+"""The verdict: `ErrorCode` and the JSON-serializable, versioned `EvalResult`."""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+RESULT_SCHEMA_VERSION = 1
+
+
+class ErrorCode(str, enum.Enum):
+    """What happened to a candidate. Exactly one per evaluation."""
+
+    OK = "OK"  # compiled, correct and timed
+    INVALID_ACTION = "INVALID_ACTION"  # not parseable Python, or no `class ModelNew`
+    COMPILE_ERROR = "COMPILE_ERROR"  # the native build failed
+    COMPILE_TIMEOUT = "COMPILE_TIMEOUT"  # the native build ran past `compile_timeout_s`
+    RUNTIME_ERROR = "RUNTIME_ERROR"  # raised, crashed, exited or hit a CUDA error while running
+    TIMEOUT = "TIMEOUT"  # ran past `eval_timeout_s` (hang, infinite loop)
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"  # device or host allocation failed
+    INCORRECT = "INCORRECT"  # ran, but outputs differ from the reference (or inputs were mutated)
+    FORBIDDEN = "FORBIDDEN"  # broke the evaluation policy (PyTorch compute, no own kernel, tampering)
+    TASK_ERROR = "TASK_ERROR"  # the reference itself failed: not the candidate's fault
+    INTERNAL_ERROR = "INTERNAL_ERROR"  # the evaluator failed: a bug, please report it
+
+
+@dataclass
+class TimingStats:
+    """Times of one callable, in milliseconds, over `reps` timed repetitions."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    iqr_ms: float
+    reps: int
+    method: str  # how it was measured, e.g. "cuda_event+device_sync" or "wall+device_sync"
+
+    @property
+    def spread(self) -> float:
+        """Relative interquartile spread (IQR / median)."""
+        return self.iqr_ms / self.median_ms if self.median_ms > 0 else 0.0
+
+
+@dataclass
+class TrialResult:
+    """Correctness of the candidate on one input draw."""
+
+    distribution: str
+    passed: bool
+    max_abs_error: float
+    max_rel_error: float
+    rel_norm_error: float
+    message: str = ""
+
+
+@dataclass
+class EvalResult:
+    """Everything the evaluator knows about one candidate. Serialize with `to_json()`."""
+
+    task_id: str
+    backend: str
+    error_code: ErrorCode
+    message: str = ""
+    schema_version: int = RESULT_SCHEMA_VERSION
+    device: str = ""
+    torch_version: str = ""
+    precision: str = "fp32"
+    policy: str = "strict"
+    candidate_hash: str = ""
+    compiled: bool = False
+    correct: bool = False
+    trials: list[TrialResult] = field(default_factory=list)
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    rel_norm_error: float | None = None
+    candidate_time: TimingStats | None = None
+    eager_time: TimingStats | None = None
+    compile_time: TimingStats | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    flags: list[str] = field(default_factory=list)  # suspicions and warnings, machine-readable
+    forbidden_ops: list[str] = field(default_factory=list)
+    kernels: list[str] = field(default_factory=list)  # device kernels the forward launched (cuda)
+    compile_log: str = ""
+    runtime_log: str = ""
+    compile_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    build_cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is ErrorCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["error_code"] = self.error_code.value
+        return data
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
+        data = dict(data)
+        if data.get("schema_version") != RESULT_SCHEMA_VERSION:
+            raise ValueError(
+                f"EvalResult schema {data.get('schema_version')} is not {RESULT_SCHEMA_VERSION}; "
+                "re-run the evaluation with this version of cuda_gym"
+            )
+        data["error_code"] = ErrorCode(data["error_code"])
+        data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
+        for key in ("candidate_time", "eager_time", "compile_time"):
+            if data.get(key) is not None:
+                data[key] = TimingStats(**data[key])
+        return cls(**data)
+
+    def summary(self) -> str:
+        """One human-readable line."""
+        parts = [f"{self.task_id} [{self.backend}] {self.error_code.value}"]
+        if self.candidate_time:
+            parts.append(f"{self.candidate_time.median_ms:.4g} ms")
+        if self.speedup_vs_eager is not None:
+            parts.append(f"x{self.speedup_vs_eager:.2f} vs eager")
+        if self.speedup_vs_compile is not None:
+            parts.append(f"x{self.speedup_vs_compile:.2f} vs compile")
+        if self.message and not self.ok:
+            parts.append(self.message.splitlines()[0][:200])
+        return " | ".join(parts)

@@ -1,0 +1,48 @@
+"""Reward functions: `EvalResult` (and the episode's history) -> float. Pluggable by name."""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from .result import EvalResult
+
+RewardFn = Callable[[EvalResult, Sequence[EvalResult]], float]
+
+FASTER_MARGIN = 1.05  # "faster" means more than 5% faster, as in CUDA Agent
+
+
+def milestone_reward(result: EvalResult, history: Sequence[EvalResult] = ()) -> float:
+    """CUDA Agent's milestone reward: -1 failed or wrong; 1 correct; 2 if >5% faster than eager;
+    3 if >5% faster than both eager and torch.compile."""
+    if not result.correct:
+        return -1.0
+    faster_eager = (result.speedup_vs_eager or 0.0) > FASTER_MARGIN
+    faster_compile = (result.speedup_vs_compile or 0.0) > FASTER_MARGIN
+    if faster_eager and faster_compile:
+        return 3.0
+    if faster_eager:
+        return 2.0
+    return 1.0
+
+
+def log_speedup_reward(result: EvalResult, history: Sequence[EvalResult] = ()) -> float:
+    """Continuous: log(speedup) over the best available baseline (torch.compile, else eager);
+    -1 when not correct. 0 means as fast as the baseline."""
+    if not result.correct:
+        return -1.0
+    speedup = result.speedup_vs_compile or result.speedup_vs_eager
+    if not speedup:
+        return 0.0
+    return math.log(speedup)
+
+
+REWARDS: dict[str, RewardFn] = {"milestone": milestone_reward, "log_speedup": log_speedup_reward}
+
+
+def get_reward(reward: str | RewardFn) -> RewardFn:
+    if callable(reward):
+        return reward
+    try:
+        return REWARDS[reward]
+    except KeyError:
+        raise ValueError(f"unknown reward {reward!r}; choose one of {sorted(REWARDS)} or pass a callable") from None

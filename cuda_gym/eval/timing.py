@@ -1,0 +1,107 @@
+"""Timing a callable inside a worker: warm-up, L2 flush, rotating inputs, many repeats, all streams.
+
+The clock functions are captured when this module is imported, before any candidate code runs in
+the process, so a candidate that rebinds `time.perf_counter_ns` or `torch.cuda.synchronize` does not
+change what measures it. Every repeat is timed two ways on CUDA: CUDA events on the current stream,
+and the host clock around a device-wide synchronize (covers work on every stream). When the two
+disagree by more than launch overhead, work escaped the current stream and the host-clock time
+is the one reported.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .result import TimingStats
+
+_perf_counter_ns = time.perf_counter_ns
+_cuda_synchronize = torch.cuda.synchronize
+_CudaEvent = torch.cuda.Event
+_no_grad = torch.no_grad
+
+L2_FLUSH_BYTES = 256 * 2**20  # > 4x the H200's 60 MB L2
+UNTRACKED_WORK_FLAG = "work_outside_current_stream"
+
+
+def _stats(samples_ms: Sequence[float], method: str) -> TimingStats:
+    ordered = sorted(samples_ms)
+    quartiles = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
+    return TimingStats(
+        median_ms=statistics.median(ordered),
+        min_ms=ordered[0],
+        max_ms=ordered[-1],
+        iqr_ms=quartiles[2] - quartiles[0],
+        reps=len(ordered),
+        method=method,
+    )
+
+
+class Timer:
+    """Times `fn(*inputs)` over rotating input sets; returns stats, flags and output snapshots."""
+
+    def __init__(self, device: str, *, warmup_reps: int, reps: int, min_reps: int, budget_s: float,
+                 l2_flush: bool):
+        self.device = device
+        self.warmup_reps = warmup_reps
+        self.reps = reps
+        self.min_reps = min_reps
+        self.budget_ns = int(budget_s * 1e9)
+        self._flush_buffer = None
+        if device == "cuda" and l2_flush:
+            self._flush_buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            _cuda_synchronize()
+
+    def run(self, fn: Callable[..., Any], live_inputs: Sequence[Any], load_set: Callable[[int], None],
+            sets: int, checksum: Callable[[Any], list[float]]) -> tuple[TimingStats, list[str], list[list[float]]]:
+        """Time `fn(*live_inputs)`; before each repeat `load_set(k)` copies input set k (rotating)
+        into the live input tensors, so the addresses stay and the values change: a result cached
+        by address is stale. Returns (stats, flags, per-repeat [set index, *checksum(output)]),
+        the checksum taken right after the timed call, so late or skipped work is caught."""
+        flags: list[str] = []
+        with _no_grad():
+            for index in range(self.warmup_reps):
+                load_set(index % sets)
+                fn(*live_inputs)
+            self._sync()
+            event_ms: list[float] = []
+            wall_ms: list[float] = []
+            sums: list[list[float]] = []
+            started = _perf_counter_ns()
+            for rep in range(self.reps):
+                which = rep % sets
+                load_set(which)
+                if self._flush_buffer is not None:
+                    self._flush_buffer.zero_()
+                self._sync()
+                if self.device == "cuda":
+                    start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
+                    t0 = _perf_counter_ns()
+                    start.record()
+                    output = fn(*live_inputs)
+                    end.record()
+                    _cuda_synchronize()
+                    t1 = _perf_counter_ns()
+                    event_ms.append(start.elapsed_time(end))
+                else:
+                    t0 = _perf_counter_ns()
+                    output = fn(*live_inputs)
+                    t1 = _perf_counter_ns()
+                wall_ms.append((t1 - t0) / 1e6)
+                sums.append([float(which), *checksum(output)])
+                del output
+                if rep + 1 >= max(self.min_reps, sets) and _perf_counter_ns() - started > self.budget_ns:
+                    break
+        if self.device != "cuda":
+            return _stats(wall_ms, "wall"), flags, sums
+        event_stats = _stats(event_ms, "cuda_event")
+        wall_stats = _stats(wall_ms, "wall+device_sync")
+        if wall_stats.median_ms - event_stats.median_ms > 0.05 + 0.25 * event_stats.median_ms:
+            flags.append(UNTRACKED_WORK_FLAG)
+            return wall_stats, flags, sums
+        return event_stats, flags, sums

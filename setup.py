@@ -1,0 +1,33 @@
+"""Packaging for cuda_gym. torch is deliberately unpinned: users bring the build that matches their CUDA."""
+from setuptools import find_packages, setup
+
+EXTRAS = {
+    "test": ["pytest>=7", "pytest-timeout>=2"],
+    "data": ["pyarrow>=12"],
+    "agents": ["transformers>=4.40"],
+    "rl": ["stable-baselines3>=2.3"],
+    "cuda": ["cupy-cuda12x>=13"],
+}
+EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
+
+setup(
+    name="cuda_gym",
+    version="0.1.0",
+    description="Gymnasium environments for training agents to write fast, correct GPU kernels",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["cuda_gym", "cuda_gym.*", "agents", "agents.*"]),
+    package_data={"cuda_gym.tasks": ["builtin/level*/*.py", "builtin/solutions/*/*/*.py"]},
+    include_package_data=True,
+    install_requires=[
+        "torch>=2.4",
+        "gymnasium>=0.29",
+        "numpy>=1.24",
+        "ninja>=1.11",
+        "pybind11>=2.11",
+        "tqdm>=4.60",
+    ],
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["cuda-gym=cuda_gym.cli:main"]},
+)
