@@ -1,0 +1,192 @@
+"""The `cuda-gym` command: list tasks, judge a candidate file, run the built-in reference solutions."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import platform
+import sys
+from collections import defaultdict
+from concurrent.futures import as_completed
+from pathlib import Path
+
+from . import __version__
+
+
+def _cmd_tasks_list(args: argparse.Namespace) -> int:
+    from .tasks import load_suite, solution_path, suite_names
+
+    suites = [args.suite] if args.suite else ["builtin"]
+    for suite in suites:
+        try:
+            tasks = load_suite(suite, levels=tuple(args.level) if args.level else None)
+        except (KeyError, FileNotFoundError, RuntimeError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"suite {suite}: {len(tasks)} tasks (suites: {', '.join(suite_names())})")
+        for task in tasks:
+            solved = [b for b in ("cuda", "cpu") if suite == "builtin" and solution_path(task, b)]
+            marks = f" [solutions: {', '.join(solved)}]" if solved else ""
+            print(f"  {task.id:<48} {task.description[:70]}{marks}")
+    return 0
+
+
+def _evaluator_config(args: argparse.Namespace):
+    from .eval import EvalConfig
+
+    baselines = ("eager",) if getattr(args, "no_compile_baseline", False) else ("eager", "compile")
+    return EvalConfig(precision=args.precision, policy=args.policy, baselines=baselines)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from .eval import Evaluator
+    from .tasks import get_task
+
+    path = Path(args.candidate)
+    if not path.exists():
+        print(f"error: candidate file {path} does not exist", file=sys.stderr)
+        return 2
+    try:
+        task = get_task(args.task)
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+    with Evaluator(args.backend, _evaluator_config(args)) as evaluator:
+        result = evaluator.evaluate(task, path.read_text(encoding="utf-8"))
+    if args.json:
+        print(result.to_json(indent=2))
+    else:
+        print(result.summary())
+        if not result.ok and (result.compile_log or result.runtime_log):
+            print((result.compile_log or result.runtime_log)[-2000:])
+    return 0 if result.ok else 1
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .eval import Evaluator
+    from .tasks import load_suite, solution_path
+
+    config = _evaluator_config(args)
+    with Evaluator(args.backend, config) as evaluator:
+        backend = evaluator.backend
+        tasks = [t for t in load_suite("builtin", levels=tuple(args.level) if args.level else None)
+                 if solution_path(t, backend)]
+        if not tasks:
+            print(f"error: no built-in reference solutions for backend {backend}", file=sys.stderr)
+            return 2
+        print(f"cuda-gym run: {len(tasks)} reference solutions on {backend} ({evaluator.device_name}), "
+              f"baselines: {', '.join(config.baselines)}")
+        futures = {evaluator.submit(t, solution_path(t, backend).read_text(encoding="utf-8")): t for t in tasks}
+        results = []
+        for future in tqdm(as_completed(futures), total=len(futures), desc="evaluating", unit="task"):
+            results.append(future.result())
+        device = evaluator.device_name
+    results.sort(key=lambda r: r.task_id)
+    print()
+    print(f"{'task':<36} {'verdict':<14} {'time ms':>9} {'eager ms':>9} {'compile ms':>10} {'vs eager':>8} {'vs compile':>10}")
+    for r in results:
+        print(f"{r.task_id:<36} {r.error_code.value:<14} "
+              f"{_fmt(r.candidate_time and r.candidate_time.median_ms, '9.4g')} "
+              f"{_fmt(r.eager_time and r.eager_time.median_ms, '9.4g')} "
+              f"{_fmt(r.compile_time and r.compile_time.median_ms, '10.4g')} "
+              f"{_fmt(r.speedup_vs_eager, '8.2f')} {_fmt(r.speedup_vs_compile, '10.2f')}")
+    by_level = defaultdict(list)
+    for r in results:
+        by_level[int(r.task_id.split("/")[1][1:])].append(r)
+    summary = {}
+    print()
+    print(f"{'level':<6} {'pass':>6} {'fast_1 eager':>13} {'fast_1 compile':>15} {'geomean vs eager':>17} {'geomean vs compile':>19}")
+    for level in sorted(by_level):
+        rs = by_level[level]
+        passed = [r for r in rs if r.correct]
+        row = {
+            "tasks": len(rs),
+            "pass_rate": len(passed) / len(rs),
+            "fast_1_vs_eager": sum(1 for r in passed if (r.speedup_vs_eager or 0) > 1) / len(rs),
+            "fast_1_vs_compile": sum(1 for r in passed if (r.speedup_vs_compile or 0) > 1) / len(rs),
+            "geomean_speedup_vs_eager": _geomean([r.speedup_vs_eager for r in passed]),
+            "geomean_speedup_vs_compile": _geomean([r.speedup_vs_compile for r in passed]),
+        }
+        summary[f"L{level}"] = row
+        print(f"L{level:<5} {row['pass_rate']:>6.0%} {row['fast_1_vs_eager']:>13.0%} {row['fast_1_vs_compile']:>15.0%} "
+              f"{_fmt(row['geomean_speedup_vs_eager'], '17.2f')} {_fmt(row['geomean_speedup_vs_compile'], '19.2f')}")
+    out = Path(args.out) if args.out else Path("cuda_gym_results") / (
+        f"run_{backend}_{dt.datetime.now().strftime('%Y%m%d_%H%M%S')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    payload = {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "cuda_gym_version": __version__,
+        "backend": backend,
+        "device": device,
+        "host": {"machine": platform.machine(), "processor": platform.processor(), "python": platform.python_version(),
+                 "torch": torch.__version__},
+        "config": {"precision": config.precision, "policy": config.policy, "baselines": list(config.baselines)},
+        "summary": summary,
+        "results": [r.to_dict() for r in results],
+    }
+    out.write_text(json.dumps(payload, indent=1))
+    print(f"\nwrote {out}")
+    return 0 if all(r.correct for r in results) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cuda-gym",
+        description="RL environments for writing fast, correct GPU kernels: list tasks, judge candidates, "
+                    "and run the built-in reference solutions.",
+    )
+    parser.add_argument("--version", action="version", version=f"cuda_gym {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    tasks = commands.add_parser("tasks", help="inspect task suites")
+    tasks_commands = tasks.add_subparsers(dest="tasks_command", required=True, metavar="SUBCOMMAND")
+    listing = tasks_commands.add_parser("list", help="list the tasks of a suite (default: builtin)")
+    listing.add_argument("suite", nargs="?", help="suite name: builtin, kernelbench, ops6k")
+    listing.add_argument("--level", type=int, action="append", help="only this level (repeatable)")
+    listing.set_defaults(func=_cmd_tasks_list)
+
+    def add_eval_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"],
+                         help="where to run (default: cuda if a GPU is visible, else cpu)")
+        sub.add_argument("--precision", default="fp32", choices=["fp32", "tf32"], help="precision policy")
+        sub.add_argument("--policy", default="strict", choices=["strict", "permissive"],
+                         help="strict: all compute in the candidate's own kernels (default)")
+        sub.add_argument("--no-compile-baseline", action="store_true",
+                         help="skip the torch.compile baseline (faster; speedup vs compile is then absent)")
+
+    evaluate = commands.add_parser("eval", help="judge one candidate file against a task and print the verdict")
+    evaluate.add_argument("task", help="task id, e.g. builtin/L1/softmax")
+    evaluate.add_argument("candidate", help="a Python file defining class ModelNew")
+    evaluate.add_argument("--json", action="store_true", help="print the full EvalResult as JSON")
+    add_eval_options(evaluate)
+    evaluate.set_defaults(func=_cmd_eval)
+
+    run = commands.add_parser("run", help="evaluate the built-in reference solutions (the main job)")
+    run.add_argument("--level", type=int, action="append", help="only this level (repeatable)")
+    run.add_argument("--out", help="where to write the JSON results (default: cuda_gym_results/run_*.json)")
+    add_eval_options(run)
+    run.set_defaults(func=_cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

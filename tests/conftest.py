@@ -1,0 +1,39 @@
+"""Shared fixtures: one CPU evaluator per test session (workers are forked from one fork server)."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from cuda_gym.eval import EvalConfig, Evaluator
+
+# Small and quick, but every stage runs: 5 correctness draws, rotating timed inputs, eager baseline.
+TEST_CONFIG = EvalConfig(baselines=("eager",), timing_reps=5, timing_min_reps=3, warmup_reps=1,
+                         timing_budget_s=0.3, eval_timeout_s=60.0, compile_timeout_s=240.0)
+
+
+def has_cuda() -> bool:
+    return shutil.which("nvidia-smi") is not None and os.environ.get("CUDA_VISIBLE_DEVICES", "x") != ""
+
+
+def pytest_collection_modifyitems(config, items):
+    if has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run with -m gpu on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    # A persistent cache between CI steps is allowed (CUDA_GYM_TEST_CACHE); otherwise one per session.
+    path = os.environ.get("CUDA_GYM_TEST_CACHE")
+    return path or str(tmp_path_factory.mktemp("cuda_gym_cache"))
+
+
+@pytest.fixture(scope="session")
+def cpu_evaluator(cache_dir):
+    with Evaluator("cpu", TEST_CONFIG, cache_dir=cache_dir) as evaluator:
+        yield evaluator

@@ -1,0 +1,123 @@
+"""The evaluator on the CPU backend: reference solutions pass; faults get their own error code and
+never spoil the next verdict."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cuda_gym.eval import ErrorCode, EvalResult, milestone_reward
+from cuda_gym.tasks import get_task, load_suite, solution_path
+
+from .helpers import CORRECT_BODY, GELU_TASK, native_candidate
+
+SOLVED = [t for t in load_suite("builtin") if solution_path(t, "cpu")]
+
+
+def test_every_cpu_reference_solution_passes(cpu_evaluator):
+    futures = {t.id: cpu_evaluator.submit(t, solution_path(t, "cpu").read_text()) for t in SOLVED}
+    failures = {}
+    for task_id, future in futures.items():
+        result = future.result()
+        if not result.ok:
+            failures[task_id] = f"{result.error_code.value}: {result.message[:300]}"
+            continue
+        assert result.correct and result.compiled
+        assert len(result.trials) == 5 and all(t.passed for t in result.trials)
+        assert {t.distribution for t in result.trials} >= {"task", "negated", "scaled_x3", "centered"}
+        assert result.candidate_time.median_ms > 0 and result.eager_time.median_ms > 0
+        assert result.speedup_vs_eager == pytest.approx(result.eager_time.median_ms / result.candidate_time.median_ms)
+        assert milestone_reward(result) >= 1
+    assert not failures, failures
+
+
+def test_result_round_trips_through_json(cpu_evaluator):
+    result = cpu_evaluator.evaluate(get_task(GELU_TASK), native_candidate(CORRECT_BODY))
+    assert result.ok, result.message
+    again = EvalResult.from_dict(json.loads(result.to_json()))
+    assert again == result
+
+
+FAULTS = {
+    "wrong": (native_candidate("for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i];"), ErrorCode.INCORRECT),
+    "compile_error": (native_candidate("this is not C++;"), ErrorCode.COMPILE_ERROR),
+    "segfault": (native_candidate("volatile int* p = nullptr; *p = 1;"), ErrorCode.RUNTIME_ERROR),
+    "abort": (native_candidate("std::abort();"), ErrorCode.RUNTIME_ERROR),
+    "native_hang": (native_candidate("volatile int spin = 1; while (spin) {}"), ErrorCode.TIMEOUT),
+    "python_hang": (native_candidate(CORRECT_BODY, python_forward="        while True:\n            pass\n"),
+                    ErrorCode.TIMEOUT),
+    "raises": (native_candidate(CORRECT_BODY, python_forward="        raise ValueError('boom')\n"),
+               ErrorCode.RUNTIME_ERROR),
+    "import_error": (native_candidate(CORRECT_BODY, extra="import no_such_module_xyz"), ErrorCode.RUNTIME_ERROR),
+    "no_model_new": ("import torch\nclass Model(torch.nn.Module):\n    pass\n", ErrorCode.INVALID_ACTION),
+    "not_python": ("def forward(:", ErrorCode.INVALID_ACTION),
+    "wrong_shape": (native_candidate(CORRECT_BODY, python_forward=(
+        "        y = torch.empty(x.numel(), dtype=x.dtype)\n        _lib.run(x, y, x.numel())\n        return y\n")),
+        ErrorCode.INCORRECT),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAULTS))
+def test_fault_gets_its_code_and_next_verdict_is_right(cpu_evaluator, name):
+    from dataclasses import replace
+
+    source, expected = FAULTS[name]
+    task = get_task(GELU_TASK)
+    config = replace(cpu_evaluator.config, eval_timeout_s=15.0)
+    result = cpu_evaluator.evaluate(task, source, config=config)
+    assert result.error_code is expected, (result.error_code, result.message, result.runtime_log[-800:])
+    assert result.message, "every failure explains itself"
+    assert not result.correct and milestone_reward(result) == -1
+    follow_up = cpu_evaluator.evaluate(task, native_candidate(CORRECT_BODY))
+    assert follow_up.ok, follow_up.message
+
+
+def test_compile_error_reports_the_compiler_message(cpu_evaluator):
+    result = cpu_evaluator.evaluate(get_task(GELU_TASK), native_candidate("int x = undeclared_name;"))
+    assert result.error_code is ErrorCode.COMPILE_ERROR
+    assert "undeclared_name" in result.compile_log
+
+
+def test_unchanged_candidate_is_not_rebuilt(cpu_evaluator):
+    source = native_candidate(CORRECT_BODY + "\n// cache probe")
+    first = cpu_evaluator.evaluate(get_task(GELU_TASK), source)
+    second = cpu_evaluator.evaluate(get_task(GELU_TASK), source)
+    assert first.ok and second.ok
+    assert second.build_cached and second.compile_seconds == 0.0
+
+
+def test_submit_returns_futures_that_overlap(cpu_evaluator):
+    task = get_task(GELU_TASK)
+    futures = [cpu_evaluator.submit(task, native_candidate(CORRECT_BODY + f"\n// variant {i}")) for i in range(3)]
+    assert all(f.result().ok for f in futures)
+
+
+@pytest.mark.slow
+def test_kernelbench_load_inline_candidate_is_accepted(cpu_evaluator):
+    source = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""
+torch::Tensor gelu_forward(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* in = xc.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    for (int64_t i = 0; i < xc.numel(); ++i) out[i] = 0.5f * in[i] * (1.0f + std::erf(in[i] * 0.70710678118654752f));
+    return y;
+}
+"""
+gelu = load_inline(name="gelu_kb_test", cpp_sources=[cpp_source], functions=["gelu_forward"], verbose=False)
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return gelu.gelu_forward(x)
+'''
+    result = cpu_evaluator.evaluate(get_task(GELU_TASK), source)
+    assert result.ok, (result.message, result.compile_log[-1000:])
+    assert result.forbidden_ops == []
