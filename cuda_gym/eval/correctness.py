@@ -84,53 +84,78 @@ def flatten_outputs(output: Any) -> list[Any]:
     return [output]
 
 
-def compare(candidate: Sequence[np.ndarray], reference: Sequence[np.ndarray], *, cand_dtypes: Sequence[str],
-            ref_dtypes: Sequence[str], config: EvalConfig, distribution: str) -> TrialResult:
-    """Compare outputs: same count, shapes and dtypes; finite; relative-norm and elementwise bounds."""
+ELEMENTWISE_ATOL_SCALE = 1e-4  # absolute tolerance, relative to the reference's RMS
 
-    def fail(message: str, abs_err: float = float("inf"), rel_err: float = float("inf"),
-             norm_err: float = float("inf")) -> TrialResult:
-        return TrialResult(distribution, False, abs_err, rel_err, norm_err, message)
+
+def output_stats(out: "torch.Tensor", ref: "torch.Tensor", config: EvalConfig) -> dict[str, float]:
+    """Error statistics of one output against its reference, in float64 on their device.
+    The same function runs in the evaluator (CPU tensors) and, for large outputs, in the worker."""
+    import torch
+
+    if not ref.is_floating_point():
+        mismatches = int(torch.count_nonzero(out != ref))
+        return {"nonfinite": 0.0, "abs": float(mismatches), "rel": float(mismatches > 0),
+                "norm": float(mismatches > 0), "bad": float(mismatches), "worst": -1.0}
+    out64, ref64 = out.double(), ref.double()
+    nonfinite = int(torch.count_nonzero(~torch.isfinite(out64)))
+    if nonfinite:
+        return {"nonfinite": float(nonfinite), "abs": float("inf"), "rel": float("inf"), "norm": float("inf"),
+                "bad": float(nonfinite), "worst": -1.0}
+    diff = (out64 - ref64).abs()
+    ref_abs = ref64.abs()
+    ref_norm = float(torch.linalg.vector_norm(ref64))
+    scale = ref_norm / max(ref64.numel(), 1) ** 0.5
+    excess = diff - (ELEMENTWISE_ATOL_SCALE * scale + 1e-7 + config.elementwise_rtol * ref_abs)
+    bad = int(torch.count_nonzero(excess > 0))
+    return {
+        "nonfinite": 0.0,
+        "abs": float(diff.max()) if diff.numel() else 0.0,
+        "rel": float((diff / ref_abs.clamp_min(1e-6)).max()) if diff.numel() else 0.0,
+        "norm": float(torch.linalg.vector_norm(diff)) / max(ref_norm, 1e-30),
+        "bad": float(bad),
+        "worst": float(torch.argmax(excess)) if bad else -1.0,
+    }
+
+
+def judge_stats(stats: dict[str, float], label: str, size: int, config: EvalConfig) -> str:
+    """'' when the statistics pass, else what failed."""
+    if stats["nonfinite"]:
+        return f"{label}: {int(stats['nonfinite'])} of {size} elements are NaN/inf (unwritten or overflowed output?)"
+    if stats["norm"] > config.rel_norm_tolerance:
+        return (f"{label}: relative error {stats['norm']:.3g} > {config.rel_norm_tolerance:g} "
+                f"({config.precision} policy); max abs error {stats['abs']:.3g}")
+    if stats["bad"]:
+        return f"{label}: {int(stats['bad'])} of {size} elements out of tolerance (max abs error {stats['abs']:.3g})"
+    return ""
+
+
+def compare(candidate: Sequence[Any], reference: Sequence[Any], *, cand_dtypes: Sequence[str],
+            ref_dtypes: Sequence[str], config: EvalConfig, distribution: str) -> TrialResult:
+    """Compare outputs (numpy arrays or tensors; whole outputs or samples at the same positions):
+    same count, shapes and dtypes; finite; relative-norm and elementwise bounds."""
+    import torch
 
     if len(candidate) != len(reference):
-        return fail(f"returned {len(candidate)} outputs, the reference returns {len(reference)}")
-    max_abs = max_rel = max_norm = 0.0
+        return TrialResult(distribution, False, float("inf"), float("inf"), float("inf"),
+                           f"returned {len(candidate)} outputs, the reference returns {len(reference)}")
+    worst = {"abs": 0.0, "rel": 0.0, "norm": 0.0}
     for index, (out, ref, cdt, rdt) in enumerate(zip(candidate, reference, cand_dtypes, ref_dtypes)):
         label = f"output {index}" if len(reference) > 1 else "output"
-        if tuple(out.shape) != tuple(ref.shape):
-            return fail(f"{label} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
-        if cdt != rdt:
-            return fail(f"{label} has dtype {cdt}, expected {rdt} (a precision change is not allowed)")
-        if ref.dtype.kind in "biu":
-            mismatches = int(np.count_nonzero(out != ref))
-            if mismatches:
-                return fail(f"{label}: {mismatches} of {ref.size} integer elements differ", float(mismatches), 1.0, 1.0)
-            continue
-        out64 = out.astype(np.float64)
-        ref64 = ref.astype(np.float64)
-        if not np.all(np.isfinite(out64)):
-            bad = int(np.count_nonzero(~np.isfinite(out64)))
-            return fail(f"{label}: {bad} of {out.size} elements are NaN/inf (unwritten or overflowed output?)")
-        diff = np.abs(out64 - ref64)
-        ref_abs = np.abs(ref64)
-        ref_norm = float(np.linalg.norm(ref64))
-        norm_err = float(np.linalg.norm(out64 - ref64)) / max(ref_norm, 1e-30)
-        abs_err = float(diff.max()) if diff.size else 0.0
-        rel_err = float((diff / np.maximum(ref_abs, 1e-6)).max()) if diff.size else 0.0
-        scale = ref_norm / max(np.sqrt(ref64.size), 1.0)
-        atol = 1e-4 * scale + 1e-7
-        bad_elements = int(np.count_nonzero(diff > atol + config.elementwise_rtol * ref_abs))
-        max_abs, max_rel, max_norm = max(max_abs, abs_err), max(max_rel, rel_err), max(max_norm, norm_err)
-        if norm_err > config.rel_norm_tolerance:
-            return fail(f"{label}: relative error {norm_err:.3g} > {config.rel_norm_tolerance:g} "
-                        f"({config.precision} policy); max abs error {abs_err:.3g}", abs_err, rel_err, norm_err)
-        if bad_elements:
-            worst = int(np.argmax(diff - config.elementwise_rtol * ref_abs))
-            where = np.unravel_index(worst, ref.shape)
-            return fail(f"{label}: {bad_elements} of {ref.size} elements out of tolerance; worst at "
-                        f"{tuple(int(i) for i in where)}: got {out64[where]:.6g}, expected {ref64[where]:.6g}",
-                        abs_err, rel_err, norm_err)
-    return TrialResult(distribution, True, max_abs, max_rel, max_norm)
+        out_t = torch.from_numpy(np.array(out)) if isinstance(out, np.ndarray) else out
+        ref_t = torch.from_numpy(np.array(ref)) if isinstance(ref, np.ndarray) else ref
+        if tuple(out_t.shape) != tuple(ref_t.shape):
+            message = f"{label} has shape {tuple(out_t.shape)}, expected {tuple(ref_t.shape)}"
+        elif cdt != rdt:
+            message = f"{label} has dtype {cdt}, expected {rdt} (a precision change is not allowed)"
+        else:
+            stats = output_stats(out_t, ref_t, config)
+            for key in worst:
+                worst[key] = max(worst[key], stats[key])
+            message = judge_stats(stats, label, out_t.numel(), config)
+        if message:
+            return TrialResult(distribution, False, worst["abs"] or float("inf"), worst["rel"] or float("inf"),
+                               worst["norm"] or float("inf"), message)
+    return TrialResult(distribution, True, worst["abs"], worst["rel"], worst["norm"])
 
 
 def degeneracy(draw_outputs: Sequence[Sequence[np.ndarray]]) -> str | None:

@@ -21,7 +21,7 @@ from ..tasks.task import Task
 from .baselines import BaselineCache, baseline_key
 from .candidate import Candidate, InvalidCandidate, parse_candidate
 from .config import EvalConfig
-from .correctness import compare, degeneracy
+from .correctness import compare, degeneracy, judge_stats
 from .pool import Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
@@ -315,8 +315,9 @@ class _Judgement:
         self.result = result
         self.stage = "setup"
         self.reference: list[list[np.ndarray]] = []
-        self.reference_dtypes: list[list[str]] = []
+        self.reference_specs: list[list[dict]] = []
         self.distributions: list[str] = []
+        self.timing_checksums: list[list[float]] = []
         self.decided = False
         self.timing: dict[str, Any] | None = None
         self.checks: dict[str, Any] | None = None
@@ -352,15 +353,14 @@ class _Judgement:
         return self.verdict(ErrorCode.FORBIDDEN, f"the worker sent an unexpected message {message.kind!r}")
 
     def _on_reference(self, message: Message) -> bool:
-        counts = message.meta.get("counts", [])
+        self.reference_specs = message.meta.get("outputs", [])
         offset = 0
-        for count in counts:
-            self.reference.append(message.arrays[offset: offset + int(count)])
-            offset += int(count)
-        self.reference_dtypes = message.meta.get("dtypes", [])
+        for specs in self.reference_specs:
+            self.reference.append(message.arrays[offset: offset + len(specs)])
+            offset += len(specs)
         self.distributions = message.meta.get("distributions", [])
-        trials = self.config.correctness_trials
-        reason = degeneracy(self.reference[:trials])
+        self.timing_checksums = message.meta.get("timing_checksums", [])
+        reason = degeneracy(self.reference[: self.config.correctness_trials])
         if reason:
             self.result.flags.append("degenerate_task")
             self.result.message = f"warning: {reason}; this task cannot tell a kernel from a constant"
@@ -377,9 +377,7 @@ class _Judgement:
                                 + ", ".join(meta["tampered"]))
         if not meta.get("recording_intact", False):
             return self.verdict(ErrorCode.FORBIDDEN, "the candidate disabled or replaced the ATen op recorder")
-        trial = compare(message.arrays, self.reference[index], cand_dtypes=meta.get("dtypes", []),
-                        ref_dtypes=self.reference_dtypes[index], config=self.config,
-                        distribution=self.distributions[index])
+        trial = self._compare_trial(index, meta.get("outputs", []), message.arrays)
         if meta.get("mutated_inputs"):
             trial.passed = False
             trial.message = f"the forward modified its input(s) {meta['mutated_inputs']}; inputs must stay unchanged"
@@ -387,6 +385,38 @@ class _Judgement:
         if not trial.passed:
             return self.verdict(ErrorCode.INCORRECT, f"trial {index} ({trial.distribution} inputs): {trial.message}")
         return True
+
+    def _compare_trial(self, index: int, specs: list[dict], arrays: list[np.ndarray]) -> TrialResult:
+        """Whole outputs are compared here; large ones by the worker's statistics AND here on a sample."""
+        distribution = self.distributions[index]
+        ref_specs = self.reference_specs[index]
+        if len(specs) != len(ref_specs) or len(arrays) != len(specs):
+            return TrialResult(distribution, False, float("inf"), float("inf"), float("inf"),
+                               f"returned {len(specs)} outputs, the reference returns {len(ref_specs)}")
+        for position, (spec, ref_spec) in enumerate(zip(specs, ref_specs)):
+            label = f"output {position}" if len(ref_specs) > 1 else "output"
+            if spec.get("shape") != ref_spec["shape"]:
+                return TrialResult(distribution, False, float("inf"), float("inf"), float("inf"),
+                                   f"{label} has shape {tuple(spec.get('shape', ()))}, expected {tuple(ref_spec['shape'])}")
+            if not ref_spec["full"]:
+                stats = spec.get("stats")
+                if not isinstance(stats, dict):
+                    return TrialResult(distribution, False, float("inf"), float("inf"), float("inf"),
+                                       f"{label}: no error statistics (dtype {spec.get('dtype')}, expected {ref_spec['dtype']})")
+                size = int(np.prod(ref_spec["shape"]))
+                failure = judge_stats({k: float(stats.get(k, float("inf"))) for k in
+                                       ("nonfinite", "abs", "rel", "norm", "bad")}, label, size, self.config)
+                if failure:
+                    return TrialResult(distribution, False, float(stats.get("abs", float("inf"))),
+                                       float(stats.get("rel", float("inf"))), float(stats.get("norm", float("inf"))), failure)
+        trial = compare(arrays, self.reference[index], cand_dtypes=[s.get("dtype") for s in specs],
+                        ref_dtypes=[s["dtype"] for s in ref_specs], config=self.config, distribution=distribution)
+        for spec in specs:  # report the whole-output errors where the worker measured them
+            stats = spec.get("stats") or {}
+            trial.max_abs_error = max(trial.max_abs_error, float(stats.get("abs", 0.0)))
+            trial.max_rel_error = max(trial.max_rel_error, float(stats.get("rel", 0.0)))
+            trial.rel_norm_error = max(trial.rel_norm_error, float(stats.get("norm", 0.0)))
+        return trial
 
     def _on_checks(self, meta: dict[str, Any]) -> bool:
         self.checks = meta
@@ -419,15 +449,8 @@ class _Judgement:
             self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process while it was timed: "
                          + ", ".join(timing["tampered"]))
             return
-        trials = self.config.correctness_trials
         tolerance = max(1e-4, 10 * self.config.rel_norm_tolerance)
-        expected = []
-        for arrays in self.reference[trials:]:
-            sums = []
-            for array in arrays:
-                as_double = array.astype(np.float64)
-                sums += [float(as_double.sum()), float(np.abs(as_double).sum())]
-            expected.append(sums)
+        expected = self.timing_checksums
         for rep, row in enumerate(timing.get("checksums", [])):
             which = int(row[0]) if row else -1
             if not 0 <= which < len(expected) or len(row) - 1 != len(expected[which]):

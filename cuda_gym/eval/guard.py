@@ -97,10 +97,30 @@ def native_call_total() -> int:
 class TamperCheck:
     """Remembers what the evaluation relies on; `changes()` lists what differs now."""
 
+    # ATen ops whose kernels the worker's own checks use (comparison, checksums, timing): a
+    # candidate that re-registers one of them (torch.library or TORCH_LIBRARY_IMPL) is caught here.
+    CHECKED_OPS = ("aten::sub.Tensor", "aten::abs", "aten::max", "aten::sum", "aten::linalg_vector_norm",
+                   "aten::isfinite", "aten::count_nonzero", "aten::ne.Tensor", "aten::_to_copy", "aten::copy_",
+                   "aten::zero_", "aten::equal", "aten::clone", "aten::index.Tensor", "aten::div.Tensor",
+                   "aten::clamp_min", "aten::argmax", "aten::gt.Scalar", "aten::mul.Tensor", "aten::add.Tensor")
+    WATCHED_MODULES = ("torch", "torch.cuda", "torch.nn.functional", "time")
+
     def __init__(self, device: str):
         self.device = device
         self._identities = self._functions()
         self._state = self._flags()
+        self._tables = self._dispatch_tables()
+        self._modules = self._module_dicts()
+
+    @classmethod
+    def _dispatch_tables(cls) -> dict[str, str]:
+        return {op: torch._C._dispatch_dump_table(op) for op in cls.CHECKED_OPS}
+
+    @classmethod
+    def _module_dicts(cls) -> dict[str, dict[str, int]]:
+        import sys
+
+        return {name: {k: id(v) for k, v in vars(sys.modules[name]).items()} for name in cls.WATCHED_MODULES}
 
     @staticmethod
     def _functions() -> dict[str, int]:
@@ -134,6 +154,12 @@ class TamperCheck:
 
     def changes(self) -> list[str]:
         changed = [name for name, ident in self._functions().items() if ident != self._identities[name]]
+        changed += [f"kernel of {op}" for op, table in self._dispatch_tables().items() if table != self._tables[op]]
+        for module, before in self._modules.items():
+            import sys
+
+            after = {k: id(v) for k, v in vars(sys.modules[module]).items()}
+            changed += [f"{module}.{k}" for k in before if after.get(k) != before[k]]
         now = self._flags()
         changed += [f"{key} ({self._state[key]!r} -> {now[key]!r})" for key in now if now[key] != self._state[key]]
         return changed

@@ -29,7 +29,8 @@ import torch
 from .. import native
 from ..tasks.task import load_task_namespace
 from . import guard, protocol, sandbox
-from .correctness import flatten_outputs, make_draws, reshuffle
+from .config import EvalConfig
+from .correctness import flatten_outputs, make_draws, output_stats, reshuffle
 from .timing import Timer
 
 _perf_counter = time.perf_counter
@@ -43,23 +44,50 @@ class _Channel:
         self._conn.send_bytes(protocol.encode(kind, meta, list(arrays)))
 
 
-def _to_numpy(value: Any) -> tuple[np.ndarray, str]:
-    """A forward's output as a CPU array (bf16/fp16 widened to fp32) plus its torch dtype name."""
+FULL_COMPARE_MAX_ELEMENTS = 1 << 20  # larger outputs are compared on the device, and sampled
+SAMPLE_SIZE = 8192
+
+
+def _as_tensor(value: Any) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
-        tensor = value.detach()
-        dtype = str(tensor.dtype).replace("torch.", "")
-        if tensor.dtype in (torch.bfloat16, torch.float16):
-            tensor = tensor.float()
-        return tensor.cpu().contiguous().numpy(), dtype
+        return value.detach()
     if isinstance(value, (bool, int, float)):
-        array = np.asarray(value)
-        return array, array.dtype.name
+        return torch.tensor(value)
     raise TypeError(f"forward returned a {type(value).__name__}; outputs must be tensors or numbers")
 
 
-def _outputs_to_arrays(output: Any) -> tuple[list[np.ndarray], list[str]]:
-    pairs = [_to_numpy(v) for v in flatten_outputs(output)]
-    return [a for a, _ in pairs], [d for _, d in pairs]
+def _sample_positions(numel: int, seed: int, device: Any) -> torch.Tensor:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return torch.randint(0, numel, (SAMPLE_SIZE,), generator=generator, device=device)
+
+
+def _host_array(tensor: torch.Tensor) -> np.ndarray:
+    if tensor.dtype in (torch.bfloat16, torch.float16):
+        tensor = tensor.float()
+    return tensor.cpu().contiguous().numpy()
+
+
+def _describe(output: Any, sample_seed: int, reference: list[torch.Tensor] | None = None,
+              config: Any = None) -> tuple[list[np.ndarray], list[dict]]:
+    """What leaves the worker about one forward's outputs: each output whole when small, else a
+    sample at seeded positions plus (for a candidate) its error statistics computed here."""
+    arrays, specs = [], []
+    for index, value in enumerate(flatten_outputs(output)):
+        tensor = _as_tensor(value)
+        spec: dict[str, Any] = {"shape": list(tensor.shape), "dtype": str(tensor.dtype).replace("torch.", ""),
+                                "full": tensor.numel() <= FULL_COMPARE_MAX_ELEMENTS}
+        if spec["full"]:
+            arrays.append(_host_array(tensor))
+        else:
+            positions = _sample_positions(tensor.numel(), sample_seed + index, tensor.device)
+            arrays.append(_host_array(tensor.reshape(-1)[positions]))
+            if reference is not None and index < len(reference):
+                ref = reference[index]
+                if tuple(ref.shape) == tuple(tensor.shape) and ref.dtype == tensor.dtype:
+                    spec["stats"] = output_stats(tensor, ref, config)
+        specs.append(spec)
+    return arrays, specs
 
 
 def _checksum(output: Any) -> list[float]:
@@ -118,21 +146,15 @@ class _TaskSetup:
         count = config["correctness_trials"] + config["timing_input_sets"]
         draws = make_draws(base, count, job["seed"] + 2, device)
         self.draws = []
-        self.reference: list[list[np.ndarray]] = []
-        self.reference_dtypes: list[list[str]] = []
-        self.reference_outputs: list[Any] = []
+        self.reference_outputs: list[list[torch.Tensor]] = []
         with torch.no_grad():
             for index, draw in enumerate(draws):
-                output = self.model(*[_clone(v) for v in draw.inputs])
-                arrays, dtypes = _outputs_to_arrays(output)
-                if not all(np.all(np.isfinite(a)) for a in arrays if a.dtype.kind == "f"):
+                outputs = [_as_tensor(v) for v in flatten_outputs(self.model(*[_clone(v) for v in draw.inputs]))]
+                if not all(torch.isfinite(o).all() for o in outputs if o.is_floating_point()):
                     draw = reshuffle(draw, base, job["seed"] + 100 + index, device)
-                    output = self.model(*[_clone(v) for v in draw.inputs])
-                    arrays, dtypes = _outputs_to_arrays(output)
+                    outputs = [_as_tensor(v) for v in flatten_outputs(self.model(*[_clone(v) for v in draw.inputs]))]
                 self.draws.append(draw)
-                self.reference.append(arrays)
-                self.reference_dtypes.append(dtypes)
-                self.reference_outputs.append(output)  # kept alive: its memory is never handed out
+                self.reference_outputs.append(outputs)  # kept alive: their memory is never handed out
         self.trials = self.draws[: config["correctness_trials"]]
         self.timing_sets = self.draws[config["correctness_trials"]:]
 
@@ -151,6 +173,14 @@ def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict) -> tup
     return timer.run(model, live, load_set, len(setup.timing_sets), _checksum)
 
 
+def _sample_seed(job: dict, draw_index: int) -> int:
+    return job["seed"] * 1_000_003 + 1000 * draw_index + 7
+
+
+def _config_for_stats(config: dict) -> EvalConfig:
+    return EvalConfig(precision=config["precision"])
+
+
 def _stats_meta(stats: Any) -> dict:
     return dict(stats.__dict__)
 
@@ -158,9 +188,9 @@ def _stats_meta(stats: Any) -> dict:
 def _poison(reference_outputs: list[Any], device: str) -> None:
     """Hand the allocator blocks full of NaN in the sizes the candidate is likely to request."""
     poison = []
-    for output in reference_outputs[:2]:
-        for value in flatten_outputs(output):
-            if isinstance(value, torch.Tensor) and value.is_floating_point():
+    for outputs in reference_outputs[:2]:
+        for value in outputs:
+            if value.is_floating_point():
                 poison.append(torch.full_like(value, float("nan")))
     _sync(device)
     del poison
@@ -226,13 +256,15 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         _error(channel, "TASK_ERROR", f"the reference failed: {type(exc).__name__}: {exc}",
                traceback=traceback.format_exc(limit=8))
         return
-    channel.send(
-        "reference",
-        {"distributions": [d.distribution for d in setup.draws], "dtypes": setup.reference_dtypes,
-         "counts": [len(r) for r in setup.reference], "seconds": _perf_counter() - started},
-        [a for arrays in setup.reference for a in arrays],
-    )
-    reference_checksums = [_checksum(o) for o in setup.reference_outputs[config["correctness_trials"]:]]
+    arrays: list[np.ndarray] = []
+    specs: list[list[dict]] = []
+    for index, outputs in enumerate(setup.reference_outputs):
+        draw_arrays, draw_specs = _describe(outputs, _sample_seed(job, index))
+        arrays += draw_arrays
+        specs.append(draw_specs)
+    timing_checksums = [_checksum(o) for o in setup.reference_outputs[config["correctness_trials"]:]]
+    channel.send("reference", {"distributions": [d.distribution for d in setup.draws], "outputs": specs,
+                               "timing_checksums": timing_checksums, "seconds": _perf_counter() - started}, arrays)
 
     tamper = guard.TamperCheck(device)
     guard.count_native_calls()
@@ -295,11 +327,12 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         mutated = [i for i, (before, after) in enumerate(zip(draw.inputs, inputs))
                    if isinstance(before, torch.Tensor) and not torch.equal(before, after)]
         try:
-            arrays, dtypes = _outputs_to_arrays(output)
+            arrays, specs = _describe(output, _sample_seed(job, index), setup.reference_outputs[index],
+                                      _config_for_stats(config))
         except TypeError as exc:
             _error(channel, "INCORRECT", str(exc))
             return
-        channel.send("trial", {"index": index, "dtypes": dtypes, "mutated_inputs": mutated,
+        channel.send("trial", {"index": index, "outputs": specs, "mutated_inputs": mutated,
                                "recording_intact": still_recording, "tampered": tamper.changes()}, arrays)
         del output
 
@@ -310,7 +343,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         return  # the verdict is FORBIDDEN; timing it would only cost time
     stats, timing_flags, sums = _time_model(model, setup, device, config)
     channel.send("timing", {"stats": _stats_meta(stats), "flags": timing_flags, "checksums": sums,
-                            "reference_checksums": reference_checksums, "tampered": tamper.changes()})
+                            "tampered": tamper.changes()})
 
 
 def worker_main(conn: Any, setup: dict) -> None:
