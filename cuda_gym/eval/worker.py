@@ -25,6 +25,11 @@ from typing import Any
 
 import numpy as np
 import torch
+# Imported here, before any snapshot: importing them later rebinds torch attributes
+# (torch._dynamo wraps torch.manual_seed), which would look like tampering.
+import torch._dynamo  # noqa: F401
+import torch.profiler  # noqa: F401
+import torch.utils.cpp_extension  # noqa: F401
 
 from .. import native
 from ..tasks.task import load_task_namespace

@@ -1,0 +1,144 @@
+"""Compile latency per candidate form, measured side by side in one run, cold (empty caches).
+
+Forms, for the backend's built-in gelu task:
+  native        cuda_gym.native.load_kernels: kernel source without torch headers (the recommended form)
+  load_inline   KernelBench's form: torch/extension.h in the sources, pybind bindings via functions=
+  load_inline_pch  the same with torch's precompiled header for the C++ part (use_pch=True)
+
+Each build runs in a fresh process with its own empty build directory, `--repeats` times; the
+medians go to benchmarks/results/compile_latency_<backend>_<date>.json.
+
+    python benchmarks/compile_latency.py --backend cuda --repeats 3
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+NATIVE = {
+    "cuda": '''
+from cuda_gym.native import load_kernels
+load_kernels(cuda=r"""
+#include <cuda_runtime.h>
+#include <cstdint>
+__global__ void gelu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (; i < n; i += (int64_t)gridDim.x * blockDim.x) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f));
+}
+extern "C" void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
+    gelu_kernel<<<1024, 256, 0, stream>>>(x, y, n);
+}
+""", functions=["void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream)"])
+''',
+    "cpu": '''
+from cuda_gym.native import load_kernels
+load_kernels(cpp=r"""
+#include <cmath>
+#include <cstdint>
+extern "C" void gelu_forward(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678f));
+}
+""", functions=["void gelu_forward(const float* x, float* y, int64_t n)"])
+''',
+}
+
+LOAD_INLINE = {
+    "cuda": '''
+from torch.utils.cpp_extension import load_inline
+cuda_src = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void gelu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (; i < n; i += (int64_t)gridDim.x * blockDim.x) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f));
+}
+torch::Tensor gelu_forward(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    gelu_kernel<<<1024, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    return y;
+}
+"""
+load_inline(name="bench_gelu", cpp_sources="torch::Tensor gelu_forward(torch::Tensor x);", cuda_sources=cuda_src,
+            functions=["gelu_forward"], extra_cuda_cflags=["-O3"], use_pch=USE_PCH)
+''',
+    "cpu": '''
+from torch.utils.cpp_extension import load_inline
+src = r"""
+torch::Tensor gelu_forward(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    const float* in = x.data_ptr<float>(); float* out = y.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) out[i] = 0.5f * in[i] * (1.0f + std::erf(in[i] * 0.70710678f));
+    return y;
+}
+"""
+load_inline(name="bench_gelu", cpp_sources=src, functions=["gelu_forward"], use_pch=USE_PCH)
+''',
+}
+
+
+def build_once(code: str, backend: str) -> float:
+    with tempfile.TemporaryDirectory(prefix="cg-compile-bench-") as tmp:
+        env = dict(os.environ, TORCH_EXTENSIONS_DIR=tmp, CUDA_GYM_KERNEL_CACHE=tmp)
+        if backend == "cuda":
+            env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+        script = "import time, torch\nt0 = time.perf_counter()\n" + code + "\nprint('SECONDS', time.perf_counter() - t0)\n"
+        proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tmp)
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr[-3000:])
+        return float(proc.stdout.strip().split("SECONDS")[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["cuda", "cpu"], required=True)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--forms", default="native,load_inline,load_inline_pch")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = parser.parse_args()
+    import torch
+
+    forms = {
+        "native": NATIVE[args.backend],
+        "load_inline": LOAD_INLINE[args.backend].replace("USE_PCH", "False"),
+        "load_inline_pch": LOAD_INLINE[args.backend].replace("USE_PCH", "True"),
+    }
+    results = {}
+    for form in args.forms.split(","):
+        seconds = []
+        for _ in range(args.repeats):
+            seconds.append(build_once(forms[form], args.backend))
+            print(f"{form:<16} {seconds[-1]:8.2f} s", flush=True)
+        results[form] = {"median_s": statistics.median(seconds), "all_s": seconds}
+    device = torch.cuda.get_device_name() if args.backend == "cuda" and torch.cuda.is_available() else "cpu"
+    payload = {
+        "benchmark": "compile_latency",
+        "date": dt.date.today().isoformat(),
+        "backend": args.backend,
+        "hardware": {"device": device, "cpu_count": os.cpu_count(), "machine": platform.machine()},
+        "versions": {"torch": torch.__version__, "python": platform.python_version(),
+                     "cuda": getattr(torch.version, "cuda", None)},
+        "note": "cold builds, one at a time, each in a fresh process with an empty build directory "
+                "(load_inline_pch: the precompiled header is built by the first repeat and reused after)",
+        "results": results,
+    }
+    out = Path(args.out) / f"compile_latency_{args.backend}_{payload['date']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1))
+    print(f"wrote {out}")
+    for form, row in results.items():
+        print(f"{form:<16} median {row['median_s']:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""Evaluation speed and timing fidelity, measured side by side in one run on one machine.
+
+Sections (all on the built-in tasks that have a reference solution for the backend):
+  latency     per-candidate evaluate() wall time with a warm worker, cached build and baselines
+  throughput  a mixed stream (new legitimate variants, wrong, crashing and non-compiling
+              candidates) submitted at once: candidates per hour, verdict counts
+  fidelity    one candidate evaluated 10 times, each in a fresh worker: spread of its speedup
+  env         gymnasium env.step() vs Evaluator.evaluate() on the same cached candidate
+
+    python benchmarks/evaluation_speed.py --backend cuda --sections latency,throughput,fidelity,env
+
+Writes benchmarks/results/evaluation_speed_<backend>_<date>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from tqdm import tqdm
+
+from cuda_gym.eval import EvalConfig, Evaluator
+from cuda_gym.tasks import load_suite, solution_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WRONG_SUFFIX = '''
+
+_Correct = ModelNew
+
+
+class ModelNew(_Correct):
+    """Deliberately wrong: zeroes the correct output."""
+
+    def forward(self, *args):
+        out = super().forward(*args)
+        return out.zero_() if isinstance(out, torch.Tensor) else out
+'''
+
+CRASH_SUFFIX = '''
+
+_Correct = ModelNew
+
+
+class ModelNew(_Correct):
+    def forward(self, *args):
+        raise RuntimeError("deliberate failure")
+'''
+
+
+def _inject(source: str, text: str) -> str:
+    """Put `text` at the top of the candidate's first raw-string kernel source."""
+    marker = 'r"""' if 'r"""' in source else "r'''"
+    return source.replace(marker, marker + "\n" + text + "\n", 1)
+
+
+def variant(source: str, tag: str) -> str:
+    """The same kernel with a different content hash, so it is compiled anew (as in RL)."""
+    return _inject(source, f"// variant {tag}")
+
+
+def broken(source: str) -> str:
+    return _inject(source, "this does not compile;")
+
+
+def solved_tasks(backend: str, levels: tuple[int, ...]) -> list:
+    return [t for t in load_suite("builtin", levels=levels) if solution_path(t, backend)]
+
+
+def section_latency(evaluator: Evaluator, backend: str, repeats: int) -> dict:
+    rows = {}
+    for task in tqdm(solved_tasks(backend, (1, 2)), desc="latency"):
+        source = solution_path(task, backend).read_text()
+        first = evaluator.evaluate(task, source)  # builds, measures and caches the baselines
+        seconds = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            result = evaluator.evaluate(task, source)
+            seconds.append(time.perf_counter() - started)
+        rows[task.id] = {"median_s": statistics.median(seconds), "all_s": seconds, "verdict": result.error_code.value,
+                         "first_eval_s": first.eval_seconds + first.compile_seconds,
+                         "candidate_ms": result.candidate_time.median_ms if result.candidate_time else None}
+    medians = [r["median_s"] for r in rows.values()]
+    return {"tasks": rows, "median_of_medians_s": statistics.median(medians), "max_median_s": max(medians)}
+
+
+def section_throughput(evaluator: Evaluator, backend: str, count: int) -> dict:
+    tasks = solved_tasks(backend, (1, 2, 3))
+    stream = []
+    kinds = ["legit", "legit", "legit", "legit", "wrong", "wrong", "crash", "compile_error"]
+    for index in range(count):
+        task = tasks[index % len(tasks)]
+        source = solution_path(task, backend).read_text()
+        kind = kinds[index % len(kinds)]
+        tag = f"{os.getpid()}_{index}"
+        if kind == "legit":
+            candidate = variant(source, tag)
+        elif kind == "wrong":
+            candidate = variant(source, tag) + WRONG_SUFFIX
+        elif kind == "crash":
+            candidate = variant(source, tag) + CRASH_SUFFIX
+        else:
+            candidate = broken(variant(source, tag))
+        stream.append((kind, task, candidate))
+    for task in tasks:  # baselines are cached per task before the clock starts, as in a long RL run
+        evaluator.baselines(task)
+    started = time.perf_counter()
+    futures = [(kind, evaluator.submit(task, candidate)) for kind, task, candidate in stream]
+    verdicts: Counter = Counter()
+    for kind, future in tqdm(futures, desc="throughput"):
+        verdicts[f"{kind}:{future.result().error_code.value}"] += 1
+    elapsed = time.perf_counter() - started
+    return {"candidates": count, "seconds": elapsed, "candidates_per_hour": count / elapsed * 3600,
+            "verdicts": dict(verdicts), "build_workers": evaluator.build_workers}
+
+
+def section_fidelity(evaluator: Evaluator, backend: str, repeats: int, task_ids: list[str]) -> dict:
+    rows = {}
+    for task in [t for t in solved_tasks(backend, (1, 2, 3)) if t.id in task_ids]:
+        source = solution_path(task, backend).read_text()
+        speedups, times = [], []
+        for _ in tqdm(range(repeats), desc=f"fidelity {task.id}"):
+            result = evaluator.evaluate(task, source)
+            if result.ok:
+                speedups.append(result.speedup_vs_eager)
+                times.append(result.candidate_time.median_ms)
+        if speedups:
+            rows[task.id] = {"candidate_ms": times, "speedup_vs_eager": speedups,
+                             "speedup_spread": max(speedups) / min(speedups) - 1,
+                             "time_spread": max(times) / min(times) - 1}
+    return rows
+
+
+def section_env(evaluator: Evaluator, backend: str, repeats: int) -> dict:
+    import gymnasium as gym
+
+    import cuda_gym  # noqa: F401 - registers the environments
+
+    task = solved_tasks(backend, (1,))[0]
+    source = solution_path(task, backend).read_text()
+    evaluator.evaluate(task, source)
+    env = gym.make("CudaKernel-Builtin-v0", evaluator=evaluator, backend=backend)
+    direct, stepped = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        evaluator.evaluate(task, source)
+        direct.append(time.perf_counter() - started)
+        env.reset(options={"task_id": task.id})
+        started = time.perf_counter()
+        env.step(source)
+        stepped.append(time.perf_counter() - started)
+    env.close()
+    return {"task": task.id, "evaluate_median_s": statistics.median(direct), "step_median_s": statistics.median(stepped),
+            "step_overhead_s": statistics.median(stepped) - statistics.median(direct)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["cuda", "cpu"], required=True)
+    parser.add_argument("--sections", default="latency,throughput,fidelity,env")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--stream", type=int, default=48, help="candidates in the throughput stream")
+    parser.add_argument("--fidelity-tasks", default="builtin/L1/softmax,builtin/L2/linear_gelu")
+    parser.add_argument("--no-compile-baseline", action="store_true")
+    parser.add_argument("--cache-dir", default=None, help="default: a fresh temporary directory")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = parser.parse_args()
+    import torch
+
+    config = EvalConfig(baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"))
+    cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="cg-speed-")
+    sections = args.sections.split(",")
+    report: dict = {}
+    with Evaluator(args.backend, config, cache_dir=cache_dir) as evaluator:
+        device = evaluator.device_name
+        if "latency" in sections:
+            report["latency"] = section_latency(evaluator, args.backend, args.repeats)
+        if "throughput" in sections:
+            report["throughput"] = section_throughput(evaluator, args.backend, args.stream)
+        if "fidelity" in sections:
+            report["fidelity"] = section_fidelity(evaluator, args.backend, 10, args.fidelity_tasks.split(","))
+        if "env" in sections:
+            report["env"] = section_env(evaluator, args.backend, args.repeats)
+    payload = {
+        "benchmark": "evaluation_speed",
+        "date": dt.date.today().isoformat(),
+        "backend": args.backend,
+        "hardware": {"device": device, "cpu_count": os.cpu_count(), "machine": platform.machine()},
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "config": {"baselines": list(config.baselines), "timing_reps": config.timing_reps,
+                   "correctness_trials": config.correctness_trials},
+        **report,
+    }
+    out = Path(args.out) / f"evaluation_speed_{args.backend}_{payload['date']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1))
+    print(json.dumps({k: v for k, v in report.items() if k != "latency"}, indent=1)[:4000])
+    if "latency" in report:
+        print("latency median of medians", report["latency"]["median_of_medians_s"], "max", report["latency"]["max_median_s"])
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
