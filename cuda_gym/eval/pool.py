@@ -55,6 +55,9 @@ def _mp_context() -> Any:
     global _context
     with _context_lock:
         if _context is None:
+            # Ask torch to count devices through NVML: a CUDA-runtime device count in the fork
+            # server (some torch modules query it at import) would poison every forked worker.
+            os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(["cuda_gym.eval.worker"])
             _install_main_module_guard()
