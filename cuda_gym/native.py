@@ -30,8 +30,10 @@ torch header is included, a build takes about a second instead of the 40-60 s of
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
+import platform
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -237,6 +239,17 @@ class KernelLibrary:
         return sorted(self._functions)
 
 
+@functools.lru_cache(maxsize=1)
+def _host_cpu() -> str:
+    """The host CPU model and feature flags: builds with -march=native are only valid on it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            lines = [l for l in handle if l.startswith(("model name", "flags"))][:2]
+    except OSError:
+        return platform.machine()
+    return hashlib.sha256("".join(lines).encode()).hexdigest()[:12]
+
+
 def kernel_cache_dir() -> Path:
     """Where built libraries live: $CUDA_GYM_KERNEL_CACHE or ~/.cache/cuda_gym/kernels."""
     root = os.environ.get("CUDA_GYM_KERNEL_CACHE") or Path.home() / ".cache" / "cuda_gym" / "kernels"
@@ -268,7 +281,7 @@ def load_kernels(
     cflags = ["-O3", *extra_cflags]
     cuda_cflags = ["-O3", *extra_cuda_cflags]
     key = "\0".join([source, suffix, *functions, *cflags, *cuda_cflags, *extra_ldflags, torch.__version__,
-                     os.environ.get("TORCH_CUDA_ARCH_LIST", "")])
+                     os.environ.get("TORCH_CUDA_ARCH_LIST", ""), _host_cpu()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:20]
     name = f"cg_{digest}"
     build_dir = kernel_cache_dir() / name

@@ -142,7 +142,6 @@ class Evaluator:
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def _evaluate_safely(self, task: Task, action: Any, backend: str, config: EvalConfig) -> EvalResult:
-        started = time.monotonic()
         result = EvalResult(task_id=task.id, backend=backend, error_code=ErrorCode.INTERNAL_ERROR,
                             device=self.device_name if backend == "cuda" else "cpu",
                             torch_version=self.torch_version, precision=config.precision, policy=config.policy)
@@ -154,7 +153,6 @@ class Evaluator:
             result.error_code = ErrorCode.INTERNAL_ERROR
             result.message = f"evaluator error: {type(exc).__name__}: {exc}"
             result.runtime_log = traceback.format_exc(limit=10)[-config.max_log_chars:]
-        result.eval_seconds = round(time.monotonic() - started - result.compile_seconds, 4)
         return result
 
     def _evaluate(self, task: Task, action: Any, backend: str, config: EvalConfig, result: EvalResult) -> None:
@@ -290,6 +288,7 @@ class Evaluator:
                result: EvalResult) -> None:
         judge = _Judgement(config, result)
         with self._device_slot:
+            judge.started = time.monotonic()
             worker = self._pool.acquire(self._spec("eval", backend, config, self._base_env(backend)))
             try:
                 run_job(worker, self._job(task, backend, config, candidate_source=candidate.source, env=env),
@@ -303,6 +302,7 @@ class Evaluator:
             finally:
                 log = worker.log_tail(config.max_log_chars)
                 worker.kill()
+            result.eval_seconds = round(time.monotonic() - judge.started, 4)
         result.runtime_log = (result.runtime_log + log)[-config.max_log_chars:]
         judge.finish()
 
@@ -321,6 +321,7 @@ class _Judgement:
         self.decided = False
         self.timing: dict[str, Any] | None = None
         self.checks: dict[str, Any] | None = None
+        self.started = time.monotonic()
 
     def verdict(self, code: ErrorCode, message: str) -> bool:
         if not self.decided:
@@ -331,6 +332,8 @@ class _Judgement:
 
     def on_message(self, message: Message) -> bool:
         meta = message.meta
+        stage = message.kind if message.kind != "trial" else f"trial{meta.get('index')}"
+        self.result.stage_seconds[str(stage)[:32]] = round(time.monotonic() - self.started, 4)
         if message.kind == "ready":
             return True
         if message.kind == "error":

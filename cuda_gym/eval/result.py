@@ -85,8 +85,9 @@ class EvalResult:
     kernels: list[str] = field(default_factory=list)  # device kernels the forward launched (cuda)
     compile_log: str = ""
     runtime_log: str = ""
-    compile_seconds: float = 0.0
-    eval_seconds: float = 0.0
+    compile_seconds: float = 0.0  # the build stage (0 when the build was cached)
+    eval_seconds: float = 0.0  # the evaluation stage in its worker (not queueing, not baselines)
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # when each stage ended, from eval start
     build_cached: bool = False
 
     @property

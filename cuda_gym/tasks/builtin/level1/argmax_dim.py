@@ -1,0 +1,32 @@
+"""Index of the maximum along the last dimension of a 2-D tensor (int64 output)."""
+import torch
+import torch.nn as nn
+
+CUDA_GYM = {
+    "tags": ["reduction", "argmax"],
+    "sizes": {
+        "cuda": {"batch_size": 8192, "dim": 16384},
+        "cpu": {"batch_size": 1024, "dim": 4096},
+    },
+}
+
+batch_size = 8192
+dim = 16384
+
+
+class Model(nn.Module):
+    """torch.argmax(x, dim=-1)."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.argmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,40 @@
+"""BatchNorm2d in eval mode (running statistics) on an NCHW tensor."""
+import torch
+import torch.nn as nn
+
+CUDA_GYM = {
+    "tags": ["normalization", "batch_norm", "elementwise"],
+    "sizes": {
+        "cuda": {"batch_size": 64, "channels": 64, "height": 128, "width": 128},
+        "cpu": {"batch_size": 12, "channels": 32, "height": 128, "width": 128},
+    },
+}
+
+batch_size = 64
+channels = 64
+height = 128
+width = 128
+
+
+class Model(nn.Module):
+    """nn.BatchNorm2d(channels) with non-trivial running stats and affine parameters."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(channels)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return self.bn(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, channels, height, width)]
+
+
+def get_init_inputs():
+    return [channels]

@@ -1,0 +1,36 @@
+"""2-D convolution, 3x3 kernel, stride 1, padding 1, no bias, on an NCHW tensor."""
+import torch
+import torch.nn as nn
+
+CUDA_GYM = {
+    "tags": ["conv", "conv2d"],
+    "sizes": {
+        "cuda": {"batch_size": 16, "in_channels": 64, "out_channels": 128, "height": 128, "width": 128},
+        "cpu": {"batch_size": 4, "in_channels": 32, "out_channels": 64, "height": 64, "width": 64},
+    },
+}
+
+batch_size = 16
+in_channels = 64
+out_channels = 128
+height = 128
+width = 128
+
+
+class Model(nn.Module):
+    """nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False)."""
+
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size=3, stride=1, padding=1, bias=False)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels]

@@ -1,0 +1,32 @@
+"""Row-wise log-softmax over the last dimension of a 2-D tensor."""
+import torch
+import torch.nn as nn
+
+CUDA_GYM = {
+    "tags": ["softmax", "log_softmax", "reduction"],
+    "sizes": {
+        "cuda": {"batch_size": 4096, "dim": 16384},
+        "cpu": {"batch_size": 512, "dim": 8192},
+    },
+}
+
+batch_size = 4096
+dim = 16384
+
+
+class Model(nn.Module):
+    """torch.log_softmax(x, dim=-1)."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.log_softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,36 @@
+"""Residual add followed by LayerNorm over the last dimension: LayerNorm(x + y) on 2-D inputs."""
+import torch
+import torch.nn as nn
+
+CUDA_GYM = {
+    "tags": ["elementwise", "normalization", "layer_norm", "residual"],
+    "sizes": {
+        "cuda": {"batch_size": 8192, "dim": 8192},
+        "cpu": {"batch_size": 1024, "dim": 4096},
+    },
+}
+
+batch_size = 8192
+dim = 8192
+
+
+class Model(nn.Module):
+    """nn.LayerNorm(dim) applied to x + y, with non-trivial affine parameters."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim, eps=1e-5)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x, y):
+        return self.norm(x + y)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim), torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [dim]

@@ -1,0 +1,39 @@
+"""One LSTM cell step (nn.LSTMCell); returns torch.stack([h_next, c_next]) of shape [2, batch, hidden]."""
+import torch
+import torch.nn as nn
+
+CUDA_GYM = {
+    "tags": ["rnn", "lstm", "gemm", "gated"],
+    "sizes": {
+        "cuda": {"batch_size": 4096, "input_size": 2048, "hidden_size": 2048},
+        "cpu": {"batch_size": 256, "input_size": 512, "hidden_size": 512},
+    },
+}
+
+batch_size = 4096
+input_size = 2048
+hidden_size = 2048
+
+
+class Model(nn.Module):
+    """nn.LSTMCell(input_size, hidden_size); x [batch, input_size], h and c [batch, hidden_size]."""
+
+    def __init__(self, input_size, hidden_size):
+        super().__init__()
+        self.cell = nn.LSTMCell(input_size, hidden_size)
+
+    def forward(self, x, h, c):
+        h_next, c_next = self.cell(x, (h, c))
+        return torch.stack([h_next, c_next])
+
+
+def get_inputs():
+    return [
+        torch.randn(batch_size, input_size),
+        torch.randn(batch_size, hidden_size),
+        torch.randn(batch_size, hidden_size),
+    ]
+
+
+def get_init_inputs():
+    return [input_size, hidden_size]
