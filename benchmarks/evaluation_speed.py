@@ -75,9 +75,9 @@ def solved_tasks(backend: str, levels: tuple[int, ...]) -> list:
     return [t for t in load_suite("builtin", levels=levels) if solution_path(t, backend)]
 
 
-def section_latency(evaluator: Evaluator, backend: str, repeats: int) -> dict:
+def section_latency(evaluator: Evaluator, backend: str, repeats: int, levels: tuple[int, ...]) -> dict:
     rows = {}
-    for task in tqdm(solved_tasks(backend, (1, 2)), desc="latency"):
+    for task in tqdm(solved_tasks(backend, levels), desc="latency"):
         source = solution_path(task, backend).read_text()
         first = evaluator.evaluate(task, source)  # builds, measures and caches the baselines
         seconds = []
@@ -86,6 +86,7 @@ def section_latency(evaluator: Evaluator, backend: str, repeats: int) -> dict:
             result = evaluator.evaluate(task, source)
             seconds.append(time.perf_counter() - started)
         rows[task.id] = {"median_s": statistics.median(seconds), "all_s": seconds, "verdict": result.error_code.value,
+                         "stage_seconds": result.stage_seconds, "eval_seconds": result.eval_seconds,
                          "first_eval_s": first.eval_seconds + first.compile_seconds,
                          "candidate_ms": result.candidate_time.median_ms if result.candidate_time else None}
     medians = [r["median_s"] for r in rows.values()]
@@ -169,6 +170,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--stream", type=int, default=48, help="candidates in the throughput stream")
     parser.add_argument("--fidelity-tasks", default="builtin/L1/softmax,builtin/L2/linear_gelu")
+    parser.add_argument("--fidelity-repeats", type=int, default=10)
+    parser.add_argument("--levels", default="1,2", help="levels for the latency section")
     parser.add_argument("--no-compile-baseline", action="store_true")
     parser.add_argument("--cache-dir", default=None, help="default: a fresh temporary directory")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -182,11 +185,13 @@ def main() -> None:
     with Evaluator(args.backend, config, cache_dir=cache_dir) as evaluator:
         device = evaluator.device_name
         if "latency" in sections:
-            report["latency"] = section_latency(evaluator, args.backend, args.repeats)
+            report["latency"] = section_latency(evaluator, args.backend, args.repeats,
+                                                tuple(int(x) for x in args.levels.split(",")))
         if "throughput" in sections:
             report["throughput"] = section_throughput(evaluator, args.backend, args.stream)
         if "fidelity" in sections:
-            report["fidelity"] = section_fidelity(evaluator, args.backend, 10, args.fidelity_tasks.split(","))
+            report["fidelity"] = section_fidelity(evaluator, args.backend, args.fidelity_repeats,
+                                                  args.fidelity_tasks.split(","))
         if "env" in sections:
             report["env"] = section_env(evaluator, args.backend, args.repeats)
     payload = {

@@ -293,14 +293,24 @@ def load_kernels(
         os.replace(tmp, source_path)
     from torch.utils import cpp_extension
 
-    library_path = cpp_extension.load(
-        name=name,
-        sources=[str(source_path)],
-        extra_cflags=cflags,
-        extra_cuda_cflags=cuda_cflags,
-        extra_ldflags=list(extra_ldflags),
-        build_directory=str(build_dir),
-        is_python_module=False,
-        verbose=verbose,
-    )
+    try:
+        library_path = cpp_extension.load(
+            name=name,
+            sources=[str(source_path)],
+            extra_cflags=cflags,
+            extra_cuda_cflags=cuda_cflags,
+            extra_ldflags=list(extra_ldflags),
+            build_directory=str(build_dir),
+            is_python_module=False,
+            verbose=verbose,
+        )
+    except OSError as exc:
+        # torch reports only "Could not load this library"; the loader's own message names the
+        # missing symbol or library.
+        built = build_dir / f"{name}.so"
+        try:
+            ctypes.CDLL(str(built))
+        except OSError as detail:
+            raise OSError(f"the kernel library built but could not be loaded: {detail}") from None
+        raise exc
     return KernelLibrary(str(library_path), prototypes, device_type)

@@ -35,14 +35,21 @@ def test_task_runs_eagerly_on_cpu_at_cpu_size(task):
         assert namespace[name] == value
     torch.manual_seed(0)
     model = namespace["Model"](*namespace["get_init_inputs"]()).eval()
-    inputs = namespace["get_inputs"]()
+    first = namespace["get_inputs"]()
+    second = namespace["get_inputs"]()
+    flipped = [-x if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in first]
+    flipped[1:] = first[1:]  # negate only the first input: a product of two negated inputs is unchanged
     with torch.no_grad():
-        output = model(*inputs)
-        negated = model(*[-x if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs])
-    outputs = output if isinstance(output, (tuple, list)) else [output]
-    for out, neg in zip(outputs, negated if isinstance(negated, (tuple, list)) else [negated]):
+        outputs = [_flat(model(*inputs)) for inputs in (first, second, flipped)]
+    for out, other, neg in zip(*outputs):
         assert torch.isfinite(out).all()
-        assert not torch.equal(out, neg), "output must depend on the inputs (not degenerate)"
+        assert not torch.equal(out, other), "output must depend on the inputs (two draws gave the same output)"
+        if first and isinstance(first[0], torch.Tensor) and first[0].is_floating_point():
+            assert not torch.equal(out, neg), "output must not ignore the sign of its input (ReLU on [0, 1)?)"
+
+
+def _flat(output):
+    return list(output) if isinstance(output, (tuple, list)) else [output]
 
 
 def test_get_task_and_unknown_ids():

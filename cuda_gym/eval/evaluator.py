@@ -22,6 +22,7 @@ from .baselines import BaselineCache, baseline_key
 from .candidate import Candidate, InvalidCandidate, parse_candidate
 from .config import EvalConfig
 from .correctness import compare, degeneracy, judge_stats
+from .logs import trim_compile_log
 from .pool import Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
@@ -90,6 +91,9 @@ class Evaluator:
         self._closed = True
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._pool.close()
+
+    def __deepcopy__(self, memo: dict) -> "Evaluator":
+        return self  # shared by design (gymnasium deep-copies spec kwargs)
 
     def __enter__(self) -> "Evaluator":
         return self
@@ -224,12 +228,14 @@ class Evaluator:
                               "simplify the kernel source or use the cuda_gym.native form (no torch headers)")
         elif "error" in outcome:
             error = outcome["error"]
-            result.error_code = ErrorCode(error.get("code", "RUNTIME_ERROR"))
-            if result.error_code is ErrorCode.RUNTIME_ERROR:
-                result.message = "the candidate module raised while it was imported: " + error.get("message", "")
+            code = error.get("code", "RUNTIME_ERROR")
+            result.error_code = ErrorCode(code) if code in ErrorCode.__members__ else ErrorCode.RUNTIME_ERROR
+            full = error.get("message", "")
+            if result.error_code is ErrorCode.COMPILE_ERROR:
+                result.message = "the build failed:\n" + trim_compile_log(full, max_errors=3, max_chars=1500)
             else:
-                result.message = error.get("message", "")
-            log = (error.get("message", "") + "\n" + log)[-config.max_log_chars:]
+                result.message = "the candidate module raised while it was imported: " + full[:1500]
+            log = (full + "\n" + log)[-config.max_log_chars:]
         else:
             result.error_code = ErrorCode.RUNTIME_ERROR
             result.message = f"the candidate crashed while it was imported and built ({outcome.get('died', '')})"

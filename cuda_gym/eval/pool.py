@@ -50,9 +50,45 @@ def _install_main_module_guard() -> None:
     spawn.get_preparation_data = get_preparation_data
 
 
+def _allow_worker_processes() -> None:
+    """Let an env that runs inside a daemonic process (AsyncVectorEnv's default) start the
+    evaluator's workers. multiprocessing refuses children to daemonic processes so that they are
+    not orphaned; the evaluator's workers are daemonic themselves, run one job each and are killed
+    by `close()`, so this process stops counting as daemonic *for itself only* (its parent still
+    treats it as a daemon and terminates it at exit)."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    process = multiprocessing.current_process()
+    if process.daemon:
+        try:
+            process.daemon = False
+        except AssertionError:  # pragma: no cover - a started Process object seen from its parent
+            process._config["daemon"] = False  # type: ignore[attr-defined]
+    # A process fork()ed from one whose evaluator already runs a fork server (AsyncVectorEnv's
+    # default "fork" context) inherits that server's bookkeeping; multiprocessing then fails with
+    # ChildProcessError when it checks on a server that is not its child. Forget the inherited
+    # server (closing only our copy of its pipe) so that this process starts its own.
+    server = getattr(forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is not None:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            with server._lock:
+                try:
+                    os.close(server._forkserver_alive_fd)
+                except (OSError, TypeError):
+                    pass
+                server._forkserver_address = None
+                server._forkserver_alive_fd = None
+                server._forkserver_pid = None
+
+
 def _mp_context() -> Any:
     """The fork-server context; the server imports torch and the worker code once, CUDA never."""
     global _context
+    _allow_worker_processes()
     with _context_lock:
         if _context is None:
             # Ask torch to count devices through NVML: a CUDA-runtime device count in the fork

@@ -96,11 +96,15 @@ def _describe(output: Any, sample_seed: int, reference: list[torch.Tensor] | Non
 
 
 def _checksum(output: Any) -> list[float]:
+    """Sum and L1 norm of each output, accumulated in float64 (no float64 copy of the output)."""
     sums = []
     for value in flatten_outputs(output):
         if isinstance(value, torch.Tensor):
-            as_double = value.detach().double()
-            sums += [float(as_double.sum()), float(as_double.abs().sum())]
+            value = value.detach()
+            if not value.is_floating_point():
+                value = value.double()
+            sums += [float(value.sum(dtype=torch.float64)),
+                     float(torch.linalg.vector_norm(value, 1, dtype=torch.float64))]
         else:
             sums += [float(value), abs(float(value))]
     return sums
@@ -124,7 +128,12 @@ def _set_precision(precision: str) -> None:
 def _init_device(backend: str, cpu_threads: int | None) -> str:
     if backend == "cuda":
         torch.cuda.init()
-        torch.empty(1, device="cuda")
+        warm = torch.ones(1024, device="cuda")
+        # Start the profiler once while this worker is a spare: CUPTI's first start costs far more
+        # than the kernel check on the candidate's first trial should.
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+            warm.add_(1.0)
+            torch.cuda.synchronize()
         return torch.cuda.get_device_name()
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
@@ -143,10 +152,12 @@ class _TaskSetup:
         config = job["config"]
         self.namespace = load_task_namespace(job["task_source"], job["sizes"], job["task_id"])
         self.init_inputs = list(self.namespace["get_init_inputs"]())
-        torch.manual_seed(job["seed"])
-        self.model = self.namespace["Model"](*self.init_inputs).to(device).eval()
-        torch.manual_seed(job["seed"] + 1)
-        base = [_to_device(v, device) for v in self.namespace["get_inputs"]()]
+        # Built on the device directly: creating large inputs and weights on the CPU costs seconds.
+        with torch.device(device):
+            torch.manual_seed(job["seed"])
+            self.model = self.namespace["Model"](*self.init_inputs).to(device).eval()
+            torch.manual_seed(job["seed"] + 1)
+            base = [_to_device(v, device) for v in self.namespace["get_inputs"]()]
         self.base = base
         count = config["correctness_trials"] + config["timing_input_sets"]
         draws = make_draws(base, count, job["seed"] + 2, device)
@@ -211,7 +222,8 @@ def _load_candidate(source: str) -> types.ModuleType:
 
 def _classify_load_error(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
-    if "Error building extension" in text or "CalledProcessError" in text or "ninja" in text.lower():
+    if ("Error building extension" in text or "CalledProcessError" in text or "ninja" in text.lower()
+            or "undefined symbol" in text or "could not be loaded" in text):
         return "COMPILE_ERROR"
     if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
         return "OUT_OF_MEMORY"
@@ -281,7 +293,8 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
             _error(channel, "INVALID_ACTION", "the candidate module defines no ModelNew")
             return
         torch.manual_seed(job["seed"])
-        model = model_class(*setup.init_inputs)
+        with torch.device(device):
+            model = model_class(*setup.init_inputs)
         if not isinstance(model, torch.nn.Module):
             _error(channel, "INVALID_ACTION", "ModelNew(...) is not a torch.nn.Module")
             return

@@ -1,0 +1,45 @@
+"""Gymnasium IDs of cuda_gym's environments. Registration is data: an ID is a suite plus levels.
+
+Versioning: an ID's behaviour is frozen. Any change in what an episode rewards or how a candidate
+is timed or judged (reward function or mode, timing protocol, correctness tolerances, the action
+protocol, the default policy) bumps the version suffix (`-v0` -> `-v1`); the old ID keeps its
+old meaning or is removed, never silently changed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+ENTRY_POINT = "cuda_gym.envs.kernel_env:KernelEnv"
+
+ENV_SPECS: dict[str, dict[str, Any]] = {
+    # KernelBench's levels (local data: data_path=... or $CUDA_GYM_KERNELBENCH)
+    "CudaKernel-L1-v0": {"suite": "kernelbench", "levels": (1,)},
+    "CudaKernel-L2-v0": {"suite": "kernelbench", "levels": (2,)},
+    "CudaKernel-L3-v0": {"suite": "kernelbench", "levels": (3,)},
+    # CUDA Agent's synthesized training operators (data_path=... or $CUDA_GYM_OPS6K)
+    "CudaKernel-Ops6K-v0": {"suite": "ops6k"},
+    # the tasks that ship with cuda_gym
+    "CudaKernel-Builtin-v0": {"suite": "builtin"},
+    "CudaKernel-Builtin-L1-v0": {"suite": "builtin", "levels": (1,)},
+    "CudaKernel-Builtin-L2-v0": {"suite": "builtin", "levels": (2,)},
+    "CudaKernel-Builtin-L3-v0": {"suite": "builtin", "levels": (3,)},
+}
+
+# Shared by every ID above (override any of them as gym.make keyword arguments).
+DEFAULT_KWARGS: dict[str, Any] = {"reward": "milestone", "reward_mode": "per_step", "max_turns": 8}
+
+
+def register_envs() -> None:
+    """Register the IDs with gymnasium; idempotent and cheap (imports no torch, starts nothing)."""
+    from gymnasium.envs.registration import register, registry
+
+    for env_id, kwargs in ENV_SPECS.items():
+        if env_id in registry:
+            continue
+        register(
+            id=env_id,
+            entry_point=ENTRY_POINT,
+            kwargs={**DEFAULT_KWARGS, **kwargs},
+            # Timings vary run to run, so the same action can get different feedback and reward.
+            nondeterministic=True,
+        )

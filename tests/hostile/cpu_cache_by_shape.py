@@ -1,0 +1,40 @@
+"""Output cached by shape: the first computed output is returned for every later call with the same
+input shape (the "the benchmark always feeds the same tensor" bet).
+
+TASK: builtin/L1/gelu
+EXPECTED: INCORRECT
+DEFENCE: five correctness trials on different draws (task, shuffled, negated, scaled, centered);
+    the second call already gets a different input.
+"""
+import torch
+import torch.nn as nn
+
+from cuda_gym.native import load_kernels
+
+_lib = load_kernels(
+    cpp=r"""
+#include <cmath>
+#include <cstdint>
+extern "C" void gelu(const float* x, float* y, int64_t n) {
+    #pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+}
+""",
+    functions=["void gelu(const float* x, float* y, int64_t n)"],
+    extra_cflags=["-fopenmp"],
+    extra_ldflags=["-fopenmp"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.by_shape = {}
+
+    def forward(self, x):
+        y = self.by_shape.get(tuple(x.shape))
+        if y is None:
+            y = torch.empty_like(x)
+            _lib.gelu(x, y, x.numel())
+            self.by_shape[tuple(x.shape)] = y
+        return y

@@ -1,0 +1,48 @@
+"""On a GPU: the CUDA reference solutions pass, and KernelBench's load_inline format is accepted.
+
+Run with `python -m pytest -m gpu` on a machine with an NVIDIA GPU; skipped elsewhere.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cuda_gym.eval import ErrorCode, EvalConfig, Evaluator
+from cuda_gym.tasks import get_task, load_suite, solution_path
+
+GPU_CONFIG = EvalConfig(baselines=("eager",), eval_timeout_s=120.0, compile_timeout_s=300.0)
+KERNELBENCH_CANDIDATE = Path(__file__).resolve().parents[1] / "benchmarks" / "candidates" / "kernelbench_gelu_cuda.py"
+
+
+@pytest.fixture(scope="module")
+def cuda_evaluator(cache_dir):
+    with Evaluator("cuda", GPU_CONFIG, cache_dir=cache_dir) as evaluator:
+        yield evaluator
+
+
+@pytest.mark.gpu
+def test_every_cuda_reference_solution_passes(cuda_evaluator):
+    tasks = [t for t in load_suite("builtin") if solution_path(t, "cuda")]
+    assert len(tasks) >= 18
+    futures = {t.id: cuda_evaluator.submit(t, solution_path(t, "cuda").read_text()) for t in tasks}
+    failures = {}
+    for task_id, future in futures.items():
+        result = future.result()
+        if not result.ok:
+            failures[task_id] = f"{result.error_code.value}: {result.message[:300]}"
+            continue
+        assert result.kernels, "the profiler saw the candidate's kernels"
+        assert result.candidate_time.method in ("cuda_event", "wall+device_sync")
+        assert "work_outside_current_stream" not in result.flags
+    assert not failures, failures
+
+
+@pytest.mark.gpu
+def test_kernelbench_load_inline_candidate_is_accepted_on_cuda(cuda_evaluator):
+    result = cuda_evaluator.evaluate(get_task("builtin/L1/gelu"), KERNELBENCH_CANDIDATE.read_text())
+    assert result.error_code is ErrorCode.OK, (result.message, result.compile_log[-2000:])
+    assert result.compiled and result.correct
+    assert any("gelu_kernel" in k for k in result.kernels)
+    print(f"load_inline candidate: compile {result.compile_seconds:.1f} s, eval {result.eval_seconds:.2f} s, "
+          f"{result.candidate_time.median_ms:.4f} ms, x{result.speedup_vs_eager:.2f} vs eager")
