@@ -33,7 +33,7 @@ import torch.utils.cpp_extension  # noqa: F401
 
 from .. import native
 from ..tasks.task import load_task_namespace
-from . import guard, protocol, sandbox
+from . import fastbuild, guard, protocol, sandbox
 from .config import EvalConfig
 from .correctness import flatten_outputs, make_draws, output_stats, reshuffle
 from .timing import Timer
@@ -236,6 +236,7 @@ def _error(channel: _Channel, code: str, message: str, **meta: Any) -> None:
 
 def _run_build(channel: _Channel, job: dict) -> None:
     started = _perf_counter()
+    fastbuild.install()
     try:
         _load_candidate(job["candidate_source"])
     except BaseException as exc:  # noqa: BLE001 - every failure is reported as a verdict
@@ -284,6 +285,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
                                "timing_checksums": timing_checksums, "seconds": _perf_counter() - started}, arrays)
 
     tamper = guard.TamperCheck(device)
+    fastbuild.install()
     guard.count_native_calls()
     started = _perf_counter()
     try:

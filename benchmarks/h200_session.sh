@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Everything we measure on the GPU machine, in one call (device time is scarce):
+# GPU tests (reference solutions, KernelBench format, CUDA hostile catalogue), evaluation speed,
+# compile latency. Writes logs and JSON under $OUT (or ./h200_out). Run from the repo root:
+#   bash benchmarks/h200_session.sh
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-$PWD/h200_out}
+mkdir -p "$OUT"
+if ! python3 -c "import gymnasium" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+export CUDA_GYM_TEST_CACHE=/tmp/cg-test-cache
+timeout "${GPU_TEST_S:-200}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 \
+  | grep -v "^\s*$" | tee "$OUT/pytest_gpu.log" | tail -25
+timeout "${SPEED_S:-220}" python3 benchmarks/evaluation_speed.py --backend cuda --no-compile-baseline \
+  --stream "${STREAM:-32}" --fidelity-repeats 10 --out "$OUT" 2>&1 | grep -v "it/s\]\|s/it\]" | tail -30
+timeout "${COMPILE_S:-150}" python3 benchmarks/compile_latency.py --backend cuda --repeats 1 \
+  --forms "${FORMS:-native,load_inline_fast}" --out "$OUT" 2>&1 | tail -6
