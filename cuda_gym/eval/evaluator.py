@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from .candidate import Candidate, InvalidCandidate, parse_candidate
 from .config import EvalConfig
 from .correctness import compare, degeneracy, judge_stats
 from .logs import trim_compile_log
-from .pool import Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
+from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
 
@@ -117,7 +119,7 @@ class Evaluator:
     def _probe(self, backend: str) -> dict[str, Any]:
         worker = Worker(WorkerSpec(role="probe", backend=backend, root=self.run_dir, isolate_network=False))
         try:
-            message = worker.receive(time.monotonic() + READY_PROBE_TIMEOUT_S)
+            message = worker.receive(time.monotonic() + READY_TIMEOUT_S)
             if message.kind != "probe":
                 raise RuntimeError(f"worker probe failed: {message.meta}")
             return message.meta
@@ -152,8 +154,6 @@ class Evaluator:
         try:
             self._evaluate(task, action, backend, config, result)
         except Exception as exc:  # noqa: BLE001 - an evaluator bug is still a verdict, not a crash
-            import traceback
-
             result.error_code = ErrorCode.INTERNAL_ERROR
             result.message = f"evaluator error: {type(exc).__name__}: {exc}"
             result.runtime_log = traceback.format_exc(limit=10)[-config.max_log_chars:]
@@ -245,8 +245,6 @@ class Evaluator:
     def _trim_build_cache(self) -> None:
         markers = sorted((self.cache_dir / "builds").glob("*.ok"), key=lambda p: p.stat().st_mtime)
         for marker in markers[:-BUILD_CACHE_LIMIT]:
-            import shutil
-
             shutil.rmtree(self.cache_dir / "inline" / marker.stem, ignore_errors=True)
             marker.unlink(missing_ok=True)
 
@@ -490,12 +488,10 @@ class _Judgement:
         if self.decided:
             return
         self.result.correct = True
-        errors = [t for t in self.result.trials]
-        self.result.max_abs_error = max(t.max_abs_error for t in errors)
-        self.result.max_rel_error = max(t.max_rel_error for t in errors)
-        self.result.rel_norm_error = max(t.rel_norm_error for t in errors)
+        trials = self.result.trials
+        self.result.max_abs_error = max(t.max_abs_error for t in trials)
+        self.result.max_rel_error = max(t.max_rel_error for t in trials)
+        self.result.rel_norm_error = max(t.rel_norm_error for t in trials)
         message = self.result.message
         self.verdict(ErrorCode.OK, message if message.startswith("warning") else "correct")
 
-
-READY_PROBE_TIMEOUT_S = 300.0

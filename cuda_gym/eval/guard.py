@@ -4,16 +4,33 @@ native code ran, and whether it tampered with the process.
 - `OpRecorder` records every ATen op the forward dispatches, from Python or from C++ (a dispatch
   mode sees both). Under the strict policy only creation, view and metadata ops are allowed; the
   compute must be the candidate's own (cuBLAS/cuDNN called directly from C++ never reach ATen).
+  A dispatch mode is thread-local and can be taken off the stack by the code it watches, so the
+  recorder also runs the ATen profiler on all threads (RecordFunction, in C++) and reports any
+  compute op the profiler saw that the mode did not.
 - `count_native_calls()` wraps `torch.utils.cpp_extension.load_inline/load` so calls into the
   modules they return are counted next to `cuda_gym.native.CALL_COUNTS`.
-- `TamperCheck` snapshots the identity of functions and the value of flags the evaluation relies on
-  and reports any that the candidate changed.
+- `TamperCheck` arms the `Tripwire` (an audit hook that denies candidate code the introspection
+  that reaches the evaluator's own objects: gc, frames, tracers, CPython symbols, code swapping,
+  TorchDynamo under the strict policy) and snapshots what the evaluation relies on: the dicts of
+  the modules and classes it calls (torch, time, builtins, numpy, the evaluator's own modules ...),
+  ATen dispatch tables, torch mode stacks, precision and threading flags, signal handlers. Its
+  `changes()` lists every difference and every denied attempt.
+
+Everything here runs in the same process as the candidate, so it raises the bar rather than
+drawing a hard boundary: native code can still read and write the whole process. See
+docs/attack-catalogue.md for what is and is not caught.
 """
 from __future__ import annotations
 
+import builtins
+import gc
+import signal
+import sys
+import threading
 import time
+import types
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
@@ -33,6 +50,12 @@ CREATION_AND_VIEW_OPS = frozenset({
     "sym_stride", "sym_numel", "is_same_size", "record_stream", "_has_compatible_shallow_copy_type",
 })
 _PYTORCH_NAMESPACES = ("aten", "prims", "prim")
+# Composite ops that the dispatch mode never sees (they decompose above it) and that are no-ops
+# when nothing is converted; the profiler reports them as leaves then.
+_PROFILER_NOOP_WRAPPERS = frozenset({"to", "type_as", "contiguous", "reshape", "flatten", "view_as"})
+# Pseudo-ops the recorder reports when the profiler cross-check itself was interfered with.
+PROFILER_STOPPED = "aten::<profiler stopped or restarted during the forward>"
+PROFILER_FAILED = "aten::<op profiler failed>"
 
 
 def op_is_allowed(qualified_name: str, policy: str) -> bool:
@@ -45,19 +68,96 @@ def op_is_allowed(qualified_name: str, policy: str) -> bool:
     return name in CREATION_AND_VIEW_OPS
 
 
+def _start_profiler() -> Any:
+    """An ATen-op profiler over all threads, or None where another profiler is already active."""
+    if torch.autograd._profiler_enabled():
+        return None
+    from torch._C._profiler import _ExperimentalConfig
+
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                      experimental_config=_ExperimentalConfig(profile_all_threads=True))
+    profiler.__enter__()
+    return profiler
+
+
 class OpRecorder(TorchDispatchMode):
-    """Counts dispatched ops by qualified name ('aten::mm')."""
+    """Counts dispatched ops by qualified name ('aten::mm'); after the block, adds the ATen compute
+    ops the profiler saw that the mode did not (hidden with `_disable_current_modes`, run on
+    another thread, ...) and a pseudo-op if the profiler was stopped."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
+        self.hidden_ops: Counter[str] = Counter()
+        self._profiler: Any = None
+        self._sentinel = ""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops[func._schema.name] += 1
         return func(*args, **(kwargs or {}))
 
+    def __enter__(self):
+        try:
+            self._profiler = _start_profiler()
+            if self._profiler is not None:
+                import secrets
+
+                self._sentinel = f"cuda_gym_sentinel_{secrets.token_hex(8)}"
+                with torch.autograd.profiler.record_function(self._sentinel):
+                    pass
+        except Exception:  # noqa: BLE001 - the dispatch mode still records
+            self._profiler = None
+            self.ops[PROFILER_FAILED] += 1
+        return super().__enter__()
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            return super().__exit__(exc_type, exc, tb)
+        finally:
+            self._finish_profiler()
+
     def is_active(self) -> bool:
-        return any(mode is self for mode in _get_current_dispatch_mode_stack())
+        active = any(mode is self for mode in _get_current_dispatch_mode_stack())
+        if self._profiler is not None and not torch.autograd._profiler_enabled():
+            return False
+        return active
+
+    def _finish_profiler(self) -> None:
+        profiler, self._profiler = self._profiler, None
+        if profiler is None:
+            return
+        if not torch.autograd._profiler_enabled():
+            self.ops[PROFILER_STOPPED] += 1
+            return
+        try:
+            profiler.__exit__(None, None, None)
+            events = list(profiler.events())
+        except Exception:  # noqa: BLE001
+            self.ops[PROFILER_STOPPED] += 1
+            return
+        if not any(e.name == self._sentinel for e in events):
+            self.ops[PROFILER_STOPPED] += 1
+        seen = set(self.ops)
+        parents_with_children = {id(e.cpu_parent) for e in events if e.cpu_parent is not None}
+        for event in events:
+            name = event.name
+            namespace, _, short = name.partition("::")
+            if namespace not in _PYTORCH_NAMESPACES or op_is_allowed(name, "strict") or name in seen:
+                continue
+            if short in _PROFILER_NOOP_WRAPPERS and id(event) not in parents_with_children:
+                continue
+            if id(event) in parents_with_children:
+                continue  # a composite: its leaves are judged
+            parent, explained = event.cpu_parent, False
+            while parent is not None:
+                if parent.name in seen:
+                    explained = True
+                    break
+                parent = parent.cpu_parent
+            if not explained:
+                self.hidden_ops[name] += 1
+        for name, count in self.hidden_ops.items():
+            self.ops[name] += count
 
 
 class _CountingModule:
@@ -77,16 +177,19 @@ class _CountingModule:
 
 
 def count_native_calls() -> None:
-    """Wrap cpp_extension's loaders so calls into KernelBench-style modules are counted."""
+    """Wrap cpp_extension's loaders so calls into KernelBench-style modules are counted (once)."""
     from torch.utils import cpp_extension
 
     for loader_name in ("load_inline", "load"):
         original = getattr(cpp_extension, loader_name)
+        if getattr(original, "_cuda_gym_counting", False):
+            continue
 
         def wrapped(*args: Any, __original=original, **kwargs: Any) -> Any:
             module = __original(*args, **kwargs)
             return module if isinstance(module, str) or module is None else _CountingModule(module)
 
+        wrapped._cuda_gym_counting = True  # type: ignore[attr-defined]
         setattr(cpp_extension, loader_name, wrapped)
 
 
@@ -94,72 +197,290 @@ def native_call_total() -> int:
     return sum(native.CALL_COUNTS.values())
 
 
-class TamperCheck:
-    """Remembers what the evaluation relies on; `changes()` lists what differs now."""
+# ---------------------------------------------------------------------------------------- tripwire
+_DENIED_EVENTS = frozenset({
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames", "sys.settrace",
+    "sys.setprofile", "sys.addaudithook",
+})
+_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_WATCHED_EVENTS = _DENIED_EVENTS | {"sys._getframe", "object.__getattr__", "object.__setattr__", "ctypes.dlsym"}
 
-    # ATen ops whose kernels the worker's own checks use (comparison, checksums, timing): a
-    # candidate that re-registers one of them (torch.library or TORCH_LIBRARY_IMPL) is caught here.
-    CHECKED_OPS = ("aten::sub.Tensor", "aten::abs", "aten::max", "aten::sum", "aten::linalg_vector_norm",
-                   "aten::isfinite", "aten::count_nonzero", "aten::ne.Tensor", "aten::_to_copy", "aten::copy_",
-                   "aten::zero_", "aten::equal", "aten::clone", "aten::index.Tensor", "aten::div.Tensor",
-                   "aten::clamp_min", "aten::argmax", "aten::gt.Scalar", "aten::mul.Tensor", "aten::add.Tensor")
-    WATCHED_MODULES = ("torch", "torch.cuda", "torch.nn.functional", "time")
 
-    def __init__(self, device: str):
-        self.device = device
-        self._identities = self._functions()
-        self._state = self._flags()
-        self._tables = self._dispatch_tables()
-        self._modules = self._module_dicts()
+class Tripwire:
+    """A process-wide audit hook, armed right before candidate code is loaded (hooks cannot be
+    removed). Code objects that exist at arming time are the evaluator's and its libraries';
+    anything newer on the call stack is candidate code. While candidate code is on the stack it
+    may not: list or walk objects through gc, obtain frames (sys._getframe, tracebacks',
+    generators' and coroutines' frames) except through a few library functions that only read
+    their caller's module name, install tracers/profilers or audit hooks, look up CPython symbols
+    through ctypes, or swap a function's __code__. A denied attempt raises (ValueError for frame
+    requests, as the stdlib expects; PermissionError otherwise) and is recorded, so a candidate
+    that catches the error is still reported."""
+
+    _armed: "Tripwire | None" = None
 
     @classmethod
-    def _dispatch_tables(cls) -> dict[str, str]:
-        return {op: torch._C._dispatch_dump_table(op) for op in cls.CHECKED_OPS}
+    def arm(cls) -> "Tripwire":
+        if cls._armed is None:
+            cls._armed = cls()
+        return cls._armed
 
-    @classmethod
-    def _module_dicts(cls) -> dict[str, dict[str, int]]:
-        import sys
+    def __init__(self) -> None:
+        import collections
+        import enum
+        import inspect
+        import logging
+        import traceback
+        import typing
 
-        return {name: {k: id(v) for k, v in vars(sys.modules[name]).items()} for name in cls.WATCHED_MODULES}
+        known: set[types.CodeType] = set()
+        stack = [o.__code__ for o in gc.get_objects() if isinstance(o, types.FunctionType)]
+        for frame in sys._current_frames().values():  # module-level code of running frames too
+            while frame is not None:
+                stack.append(frame.f_code)
+                frame = frame.f_back
+        while stack:
+            code = stack.pop()
+            if code not in known:
+                known.add(code)
+                stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
 
-    @staticmethod
-    def _functions() -> dict[str, int]:
-        """id() of each relied-on attribute as stored in its owner (static lookup, so bound
-        methods and descriptors compare stably; a rebinding shows up as a different object)."""
-        watched = [
-            (time, "perf_counter_ns"), (time, "perf_counter"), (torch, "equal"), (torch, "no_grad"),
-            (torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda.Event, "elapsed_time"),
-            (torch.cuda.Event, "record"), (torch.nn.Module, "__call__"), (torch.nn.Module, "_call_impl"),
-            (torch.Tensor, "cpu"), (torch.Tensor, "numpy"), (torch.Tensor, "clone"), (torch.Tensor, "copy_"),
-            (torch.Tensor, "__torch_function__"), (torch.Tensor, "__torch_dispatch__"),
-        ]
-        return {f"{getattr(owner, '__name__', owner)}.{name}": id(vars(owner).get(name)) for owner, name in watched}
+        def codes_of(*objects: Any) -> set[types.CodeType]:
+            found = set()
+            for obj in objects:
+                for value in (vars(obj).values() if isinstance(obj, (types.ModuleType, type)) else [obj]):
+                    value = getattr(value, "__func__", value)
+                    code = getattr(value, "__code__", None)
+                    if isinstance(code, types.CodeType):
+                        found.add(code)
+            return found
 
-    def _flags(self) -> dict[str, Any]:
-        state = {
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-            "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-            "cuda.matmul.allow_fp16_reduced_precision_reduction":
-                torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
-            "cuda.matmul.allow_bf16_reduced_precision_reduction":
-                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
-            "num_threads": torch.get_num_threads(),
-            "grad_enabled": torch.is_grad_enabled(),
-        }
-        if self.device == "cuda":
-            state["cuda.current_device"] = torch.cuda.current_device()
-            state["cuda.current_stream"] = torch.cuda.current_stream().cuda_stream
-        return state
+        # Pass-through frames between a frame request and whoever consumes the frame.
+        transparent = codes_of(traceback, traceback.StackSummary, traceback.TracebackException, inspect)
+        transparent.add(logging.currentframe.__code__)
+        # Consumers that only read the caller's module name / file and line, never hand frames out.
+        safe = codes_of(collections.namedtuple, typing._caller, logging.Logger.findCaller,
+                        enum.EnumType._create_, torch.library.Library.__init__)
+        events: list[str] = []
+        local = threading.local()
+        getframe = sys._getframe
 
-    def changes(self) -> list[str]:
-        changed = [name for name, ident in self._functions().items() if ident != self._identities[name]]
-        changed += [f"kernel of {op}" for op, table in self._dispatch_tables().items() if table != self._tables[op]]
-        for module, before in self._modules.items():
-            import sys
+        def candidate_on_stack(frame: Any) -> bool:
+            while frame is not None:
+                if frame.f_code not in known:
+                    return True
+                frame = frame.f_back
+            return False
 
-            after = {k: id(v) for k, v in vars(sys.modules[module]).items()}
-            changed += [f"{module}.{k}" for k in before if after.get(k) != before[k]]
-        now = self._flags()
-        changed += [f"{key} ({self._state[key]!r} -> {now[key]!r})" for key in now if now[key] != self._state[key]]
+        def hook(event: str, args: tuple) -> None:
+            if event not in _WATCHED_EVENTS or getattr(local, "busy", False):
+                return
+            if event == "object.__getattr__" and not (len(args) > 1 and args[1] in _FRAME_ATTRIBUTES):
+                return
+            if event == "object.__setattr__" and not (len(args) > 1 and args[1] == "__code__"):
+                return
+            if event == "ctypes.dlsym" and not (len(args) > 1 and isinstance(args[1], str)
+                                                and args[1].startswith(("Py", "_Py"))):
+                return
+            local.busy = True
+            try:
+                requester = getframe(1)
+                if not candidate_on_stack(requester):
+                    return
+                frame_request = event in ("sys._getframe", "object.__getattr__")
+                if frame_request:
+                    consumer = requester
+                    while consumer is not None and consumer.f_code in transparent:
+                        consumer = consumer.f_back
+                    if consumer is not None and consumer.f_code in safe:
+                        return
+                detail = args[1] if event in ("object.__getattr__", "object.__setattr__", "ctypes.dlsym") else ""
+                events.append(f"{event}({detail})" if detail else event)
+            finally:
+                local.busy = False
+            if frame_request:
+                raise ValueError("call stack is not deep enough")
+            raise PermissionError(f"cuda_gym: candidate code may not use {event} here")
+
+        sys.addaudithook(hook)
+        self.events: Callable[[], list[str]] = lambda: list(events)
+        self.record: Callable[[str], None] = events.append
+
+    def deny_dynamo(self) -> None:
+        """Strict policy: TorchDynamo (torch.compile) is not the candidate's kernel. Its C entry
+        points are replaced everywhere torch keeps a reference; enabling it is denied and recorded.
+        (`set_eval_frame(None)`, which torch's own `disable` wrappers call, stays a no-op.)"""
+        try:
+            import torch._C._dynamo.eval_frame as c_eval_frame
+        except ImportError:
+            return
+        record = self.record
+
+        def set_eval_frame(callback: Any) -> Any:
+            if callback is None or callback is False:
+                return None
+            record("torch.compile (TorchDynamo set_eval_frame)")
+            raise PermissionError("cuda_gym: torch.compile / TorchDynamo is not allowed under the strict policy")
+
+        def denied(name: str) -> Callable[..., Any]:
+            def stub(*args: Any, **kwargs: Any) -> Any:
+                record(f"TorchDynamo {name}")
+                raise PermissionError(f"cuda_gym: TorchDynamo's {name} is not allowed under the strict policy")
+            return stub
+
+        replacements: dict[int, Any] = {}
+        for name, value in list(vars(c_eval_frame).items()):
+            if name.startswith("__") or isinstance(value, type) or not callable(value):
+                continue
+            if name == "set_eval_frame":
+                replacements[id(value)] = set_eval_frame
+            elif name == "get_eval_frame_callback":
+                replacements[id(value)] = lambda: None
+            else:
+                replacements[id(value)] = denied(name)
+        originals = {id(v): v for v in vars(c_eval_frame).values()}
+        for module in [c_eval_frame] + [m for n, m in list(sys.modules.items())
+                                       if n.startswith("torch._dynamo") and isinstance(m, types.ModuleType)]:
+            for name, value in list(vars(module).items()):
+                if id(value) in replacements and originals.get(id(value)) is value:
+                    setattr(module, name, replacements[id(value)])
+
+
+# ------------------------------------------------------------------------------------ tamper check
+WATCHED_MODULES = (
+    "builtins", "time", "gc", "signal", "threading", "traceback", "json", "struct", "hmac", "hashlib",
+    "secrets", "numpy", "multiprocessing.connection", "torch", "torch.cuda", "torch.nn", "torch.nn.functional",
+    "torch.nn.modules.module", "torch.linalg", "torch.autograd", "torch.autograd.grad_mode",
+    "torch.autograd.profiler", "torch.profiler", "torch.profiler.profiler", "torch.utils._python_dispatch",
+    "torch.library", "torch._C", "torch._ops", "torch.overrides", "torch.backends", "torch.backends.cuda",
+    "torch.backends.cudnn", "torch.random", "torch.testing", "torch.utils.cpp_extension",
+    "cuda_gym.native", "cuda_gym.eval.worker", "cuda_gym.eval.guard", "cuda_gym.eval.timing",
+    "cuda_gym.eval.correctness", "cuda_gym.eval.protocol", "cuda_gym.eval.sandbox", "cuda_gym.eval.result",
+    "cuda_gym.eval.config",
+)
+# (module, class name) pairs whose class dict is snapshotted (every method, not a chosen few).
+WATCHED_CLASSES = (
+    ("torch", "Tensor"), ("torch.nn", "Module"), ("torch.nn", "Parameter"), ("torch.cuda", "Event"),
+    ("torch.cuda", "Stream"), ("torch.profiler", "profile"), ("torch.utils._python_dispatch", "TorchDispatchMode"),
+    ("multiprocessing.connection", "Connection"), ("json", "JSONEncoder"), ("json", "JSONDecoder"),
+    ("cuda_gym.native", "NativeFunction"), ("cuda_gym.native", "KernelLibrary"),
+    ("cuda_gym.eval.guard", "OpRecorder"), ("cuda_gym.eval.guard", "TamperCheck"), ("cuda_gym.eval.guard", "Tripwire"),
+    ("cuda_gym.eval.worker", "_Channel"), ("cuda_gym.eval.worker", "_TaskSetup"), ("cuda_gym.eval.timing", "Timer"),
+)
+# ATen ops whose kernels the worker's own checks use (comparison, checksums, timing): a candidate
+# that re-registers one of them (torch.library or TORCH_LIBRARY_IMPL) is caught here.
+CHECKED_OPS = ("aten::sub.Tensor", "aten::abs", "aten::max", "aten::sum", "aten::linalg_vector_norm",
+               "aten::isfinite", "aten::count_nonzero", "aten::ne.Tensor", "aten::_to_copy", "aten::copy_",
+               "aten::zero_", "aten::equal", "aten::clone", "aten::index.Tensor", "aten::div.Tensor",
+               "aten::clamp_min", "aten::argmax", "aten::gt.Scalar", "aten::mul.Tensor", "aten::add.Tensor",
+               "aten::roll", "aten::randint", "aten::rand", "aten::dot", "aten::reshape", "aten::view",
+               "aten::empty.memory_format", "aten::empty_like", "aten::detach", "aten::lift_fresh")
+
+
+def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
+    """A closure that compares the process with the state captured now. Everything it calls is
+    captured here, so rebinding module attributes, builtins or class methods later cannot change
+    what it does; it is reachable only through the worker's own frame."""
+    modules = {name: sys.modules[name] for name in WATCHED_MODULES if name in sys.modules}
+    module_dicts = {name: dict(vars(module)) for name, module in modules.items()}
+    classes = {}
+    for module_name, class_name in WATCHED_CLASSES:
+        owner = sys.modules.get(module_name)
+        cls = getattr(owner, class_name, None) if owner is not None else None
+        if isinstance(cls, type):
+            classes[f"{module_name}.{class_name}"] = cls
+    class_dicts = {name: dict(vars(cls)) for name, cls in classes.items()}
+    dump_table = torch._C._dispatch_dump_table
+    tables = {}
+    for op in CHECKED_OPS:
+        try:
+            tables[op] = dump_table(op)
+        except RuntimeError:
+            pass
+    sys_modules, module_type, type_type = sys.modules, types.ModuleType, type
+    is_callable, items, tuple_ = builtins.callable, dict.items, tuple
+    get_trace, get_profile = sys.gettrace, sys.getprofile
+    signals = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
+    get_signal = signal.getsignal
+    handlers = {s: get_signal(s) for s in signals}
+    len_dispatch, len_function = torch._C._len_torch_dispatch_stack, torch._C._len_torch_function_stack
+    include_set, exclude_set = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
+    getters = {
+        "float32_matmul_precision": torch.get_float32_matmul_precision,
+        "cuda.matmul.allow_tf32": lambda m=torch.backends.cuda.matmul: m.allow_tf32,
+        "cudnn.allow_tf32": lambda c=torch.backends.cudnn: c.allow_tf32,
+        "cuda.matmul.allow_fp16_reduced_precision_reduction":
+            lambda m=torch.backends.cuda.matmul: m.allow_fp16_reduced_precision_reduction,
+        "cuda.matmul.allow_bf16_reduced_precision_reduction":
+            lambda m=torch.backends.cuda.matmul: m.allow_bf16_reduced_precision_reduction,
+        "cudnn.deterministic": lambda c=torch.backends.cudnn: c.deterministic,
+        "cudnn.benchmark": lambda c=torch.backends.cudnn: c.benchmark,
+        "num_threads": torch.get_num_threads,
+        "num_interop_threads": torch.get_num_interop_threads,
+        "default_dtype": torch.get_default_dtype,
+        "grad_enabled": torch.is_grad_enabled,
+        "inference_mode": torch.is_inference_mode_enabled,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
+        "dispatch_tls_include": lambda f=include_set: repr(f()),
+        "dispatch_tls_exclude": lambda f=exclude_set: repr(f()),
+    }
+    if device == "cuda":
+        getters["cuda.current_device"] = torch.cuda.current_device
+        getters["cuda.current_stream"] = lambda s=torch.cuda.current_stream: s().cuda_stream
+    flags = {name: get() for name, get in getters.items()}
+    events = tripwire.events
+    missing = object()
+
+    def changes() -> list[str]:
+        changed: list[str] = []
+        for name, module in items(modules):
+            if sys_modules.get(name) is not module:
+                changed.append(f"sys.modules[{name!r}]")
+            now, before = vars(module), module_dicts[name]
+            for key, value in items(before):
+                if key not in now:
+                    changed.append(f"{name}.{key} (deleted)")
+                elif now[key] is not value and (is_callable(value) or isinstance(value, (module_type, type_type))):
+                    changed.append(f"{name}.{key}")
+            for key, value in items(now):
+                if key not in before and is_callable(value) and not isinstance(value, module_type):
+                    changed.append(f"{name}.{key} (added)")
+        for name, cls in items(classes):
+            now, before = vars(cls), class_dicts[name]
+            for key in set(now) | set(before):
+                if now.get(key, missing) is not before.get(key, missing):
+                    changed.append(f"{name}.{key}")
+        for op, table in items(tables):
+            if dump_table(op) != table:
+                changed.append(f"kernel of {op}")
+        if get_trace() is not None or get_profile() is not None:
+            changed.append("a Python tracer or profiler (sys.settrace/setprofile)")
+        for sig, handler in items(handlers):
+            if get_signal(sig) is not handler:
+                changed.append(f"signal handler {sig}")
+        if len_dispatch() or len_function():
+            changed.append("a TorchDispatchMode/TorchFunctionMode left on the mode stack")
+        for name, get in items(getters):
+            try:
+                now_value = get()
+            except Exception as exc:  # noqa: BLE001
+                now_value = f"<{type(exc).__name__}>"
+            if now_value != flags[name]:
+                changed.append(f"{name} ({flags[name]!r} -> {now_value!r})")
+        changed += [f"denied: {event}" for event in events()]
         return changed
+
+    return changes
+
+
+class TamperCheck:
+    """Arms the tripwire, snapshots the process and exposes `changes()` (an instance attribute, so
+    patching the class later changes nothing). Create it right before loading the candidate."""
+
+    def __init__(self, device: str, policy: str = "strict"):
+        self.device = device
+        count_native_calls()  # its own module rebinding happens before the snapshot
+        tripwire = Tripwire.arm()
+        if policy == "strict":
+            tripwire.deny_dynamo()
+        self.changes: Callable[[], list[str]] = _make_checker(device, tripwire)

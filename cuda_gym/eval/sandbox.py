@@ -1,18 +1,56 @@
-"""Confinement applied inside a worker process before any candidate code runs.
+"""Confinement applied inside a worker process before any candidate code runs, and the
+authentication of what the worker reports.
 
 The worker gets its own session (so the evaluator can kill it with everything it started), no
-core dumps, a cap on file size (stdout/stderr floods), an address-space cap on the CPU backend, a
-private network namespace where the OS allows it (no network for candidates), and a scratch
-working directory. Each measure that could not be applied is reported, never silently skipped.
+inherited file descriptors but its channel and its log (a candidate that scribbles on inherited
+pipes could otherwise kill the evaluator's fork server or resource tracker), no core dumps, a cap
+on file size (stdout/stderr floods), an address-space cap on the CPU backend, a private network
+namespace (no network for candidates), a private PID namespace whose init dies with the worker (so
+descendants that leave the process group still die), write access only to its scratch directory and
+the build caches (Landlock, where the kernel has it), and a scratch working directory. Each
+measure that could not be applied is reported, never silently skipped.
+
+`sign()` / `verify()`: every message the worker sends after it has received its job carries a
+sequence number and an HMAC under a per-job key that the evaluator sent with the job, so a
+candidate that writes well-formed messages to the channel's socket cannot forge a verdict.
 """
 from __future__ import annotations
 
 import ctypes
+import glob
+import hashlib
+import hmac
+import json
 import os
 import resource
 import sys
+import time
+from typing import Any, Iterable, Sequence
 
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWPID = 0x20000000
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_SIGKILL = 9
+
+# Landlock (Linux >= 5.13): syscall numbers are the same on every architecture.
+_SYS_LANDLOCK_CREATE_RULESET = 444
+_SYS_LANDLOCK_ADD_RULE = 445
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+_FS_WRITE_FILE = 1 << 1
+_FS_REMOVE_DIR = 1 << 4
+_FS_REMOVE_FILE = 1 << 5
+_FS_MAKE_ALL = sum(1 << bit for bit in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
+_FS_REFER = 1 << 13  # ABI 2
+_FS_TRUNCATE = 1 << 14  # ABI 3
+_DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/urandom", "/dev/random")
+_DEVICE_DIRS = ("/dev/shm", "/dev/dri", "/dev/pts")
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def new_session() -> None:
@@ -32,6 +70,31 @@ def redirect_output(log_path: str) -> None:
     os.close(fd)
 
 
+def close_inherited_fds(keep: Iterable[int] = ()) -> None:
+    """Close every descriptor but 0, 1, 2 and `keep`. A forkserver child inherits the write end
+    of the fork server's lifeline pipe and the resource tracker's pipe: garbage written there by
+    candidate code would kill the fork server or the tracker and break the NEXT evaluations."""
+    keep = {0, 1, 2, *keep}
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 256))
+    for fd in fds:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    try:  # nothing here may use the closed descriptors again
+        from multiprocessing import forkserver, resource_tracker
+
+        resource_tracker._resource_tracker._fd = None  # type: ignore[attr-defined]
+        resource_tracker._resource_tracker._pid = None  # type: ignore[attr-defined]
+        forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
+    except (ImportError, AttributeError):
+        pass
+
+
 def isolate_network() -> bool:
     """Move this process into an empty network namespace. Returns False where not permitted."""
     try:
@@ -39,6 +102,119 @@ def isolate_network() -> bool:
         return libc.unshare(_CLONE_NEWNET) == 0
     except (OSError, AttributeError):
         return False
+
+
+def contain_children() -> bool:
+    """Put every process this worker starts from now on in a new PID namespace whose init (a
+    small child of this worker) dies with the worker: the kernel then SIGKILLs everything in the
+    namespace, including descendants that called setsid() to leave the process group that the
+    evaluator kills. Needs CAP_SYS_ADMIN; returns False where not permitted."""
+    try:
+        libc = _libc()
+        if libc.unshare(_CLONE_NEWPID) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    prctl = libc.prctl
+    pid = os.fork()  # the first child in the new namespace becomes its init
+    if pid == 0:
+        try:
+            prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+            while True:  # reap orphans reparented to us; never exits on its own
+                try:
+                    os.waitpid(-1, 0)
+                except ChildProcessError:
+                    time.sleep(0.5)
+                except InterruptedError:
+                    pass
+        finally:
+            os._exit(0)
+    return True
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 where Landlock is unavailable."""
+    try:
+        version = _libc().syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                                  ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return max(int(version), 0)
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def writable_paths(scratch: str) -> list[str]:
+    """What a build or eval worker may write: its scratch directory, the kernel cache, the
+    extension build directories (TORCH_EXTENSIONS_DIR or torch's default), the CUDA JIT cache."""
+    paths = [scratch]
+    for variable in ("CUDA_GYM_KERNEL_CACHE", "TORCH_EXTENSIONS_DIR"):
+        if os.environ.get(variable):
+            paths.append(os.environ[variable])
+    try:
+        from torch.utils.cpp_extension import get_default_build_root
+
+        paths.append(get_default_build_root())
+    except Exception:  # noqa: BLE001
+        pass
+    paths.append(os.path.join(os.path.expanduser("~"), ".nv", "ComputeCache"))
+    return paths
+
+
+def restrict_writes(paths: Sequence[str]) -> list[str]:
+    """Landlock: from now on this process and its children may create, write, truncate, rename
+    or remove files only beneath `paths` (created if missing) and in a few device files; reading
+    and executing stay unrestricted. Also points TMPDIR at the first path (compilers write their
+    temporaries there). Returns what could not be applied ([] on success)."""
+    if paths:
+        os.environ["TMPDIR"] = paths[0]
+        import tempfile
+
+        tempfile.tempdir = None
+    abi = landlock_abi()
+    if abi < 1:
+        return ["landlock (not supported by this kernel)"]
+    handled = _FS_WRITE_FILE | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_ALL
+    if abi >= 2:
+        handled |= _FS_REFER
+    if abi >= 3:
+        handled |= _FS_TRUNCATE
+    file_rights = handled & (_FS_WRITE_FILE | _FS_TRUNCATE)
+    libc = _libc()
+    attr = ctypes.c_uint64(handled)  # struct landlock_ruleset_attr { __u64 handled_access_fs; }
+    ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return [f"landlock (create_ruleset errno {ctypes.get_errno()})"]
+    failed = []
+    try:
+        targets = [(p, handled) for p in paths]
+        targets += [(p, handled) for p in _DEVICE_DIRS]
+        targets += [(p, file_rights) for p in _DEVICE_FILES]
+        targets += [(p, file_rights) for p in glob.glob("/dev/nvidia*")]
+        for path, rights in targets:
+            if path in paths:
+                os.makedirs(path, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                rule = _PathBeneath(rights if os.path.isdir(path) else file_rights, fd)
+                if libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH,
+                                ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    failed.append(f"landlock rule for {path} (errno {ctypes.get_errno()})")
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return failed + [f"landlock (no_new_privs errno {ctypes.get_errno()})"]
+        if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
+            return failed + [f"landlock (restrict_self errno {ctypes.get_errno()})"]
+    finally:
+        os.close(ruleset)
+    return failed
 
 
 def apply_limits(*, max_file_mb: float, address_space_gb: float | None) -> list[str]:
@@ -53,3 +229,40 @@ def apply_limits(*, max_file_mb: float, address_space_gb: float | None) -> list[
         except (ValueError, OSError):
             failed.append(str(which))
     return failed
+
+
+# ------------------------------------------------------------------------- channel authentication
+def _canonical(meta: dict) -> bytes:
+    """The bytes both sides sign: the meta as it reads back from JSON (tuples become lists, keys
+    become strings), with sorted keys."""
+    return json.dumps(json.loads(json.dumps(meta, allow_nan=True)), sort_keys=True, allow_nan=True).encode()
+
+
+def _digest(key: bytes, seq: int, kind: str, meta: dict, arrays: Sequence[Any]) -> str:
+    import numpy as np
+
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    mac.update(f"{seq}\0{kind}\0".encode())
+    mac.update(_canonical({k: v for k, v in meta.items() if k != "_mac"}))
+    for array in arrays:
+        array = np.ascontiguousarray(array)
+        mac.update(f"\0{array.dtype.name}{list(array.shape)}\0".encode())
+        mac.update(memoryview(array).cast("B"))
+    return mac.hexdigest()
+
+
+def sign(key: bytes, seq: int, kind: str, meta: dict, arrays: Sequence[Any]) -> dict:
+    """`meta` with its sequence number and MAC added (what the worker sends)."""
+    meta = dict(meta, _seq=seq)
+    meta["_mac"] = _digest(key, seq, kind, meta, arrays)
+    return meta
+
+
+def verify(key: bytes, seq: int, kind: str, meta: dict, arrays: Sequence[Any]) -> bool:
+    """Whether a received message carries sequence number `seq` and a valid MAC; removes both."""
+    mac = meta.pop("_mac", None)
+    if not isinstance(mac, str) or meta.get("_seq") != seq:
+        return False
+    valid = hmac.compare_digest(mac, _digest(key, seq, kind, meta, arrays))
+    meta.pop("_seq", None)
+    return valid

@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["normalization", "batch_norm", "elementwise"],
     "sizes": {
         "cuda": {"batch_size": 64, "channels": 64, "height": 128, "width": 128},
-        "cpu": {"batch_size": 12, "channels": 32, "height": 128, "width": 128},
+        "cpu": {"batch_size": 16, "channels": 32, "height": 128, "width": 128},
     },
 }
 

@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["matmul", "bmm", "gemm"],
     "sizes": {
         "cuda": {"batch_size": 128, "M": 512, "N": 512, "K": 1024},
-        "cpu": {"batch_size": 16, "M": 256, "N": 256, "K": 256},
+        "cpu": {"batch_size": 32, "M": 256, "N": 256, "K": 256},
     },
 }
 

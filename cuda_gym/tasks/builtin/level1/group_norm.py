@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["normalization", "group_norm", "reduction"],
     "sizes": {
         "cuda": {"batch_size": 32, "channels": 128, "height": 128, "width": 128, "num_groups": 8},
-        "cpu": {"batch_size": 12, "channels": 32, "height": 128, "width": 128, "num_groups": 8},
+        "cpu": {"batch_size": 16, "channels": 32, "height": 128, "width": 128, "num_groups": 8},
     },
 }
 

@@ -7,7 +7,7 @@ CUDA_GYM = {
     "tags": ["elementwise", "activation", "hardswish"],
     "sizes": {
         "cuda": {"batch_size": 8192, "dim": 8192},
-        "cpu": {"batch_size": 1536, "dim": 4096},
+        "cpu": {"batch_size": 2048, "dim": 4096},
     },
 }
 

@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["normalization", "layer_norm", "reduction"],
     "sizes": {
         "cuda": {"batch_size": 8192, "dim": 8192},
-        "cpu": {"batch_size": 1024, "dim": 4096},
+        "cpu": {"batch_size": 2048, "dim": 4096},
     },
 }
 

@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["matmul", "gemm", "memory_bound"],
     "sizes": {
         "cuda": {"M": 32768, "N": 1024, "K": 128},
-        "cpu": {"M": 4096, "N": 512, "K": 128},
+        "cpu": {"M": 8192, "N": 512, "K": 128},
     },
 }
 

@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["conv", "conv_transpose2d", "upsample", "activation", "tanh"],
     "sizes": {
         "cuda": {"batch_size": 16, "in_channels": 64, "out_channels": 32, "height": 128, "width": 128},
-        "cpu": {"batch_size": 4, "in_channels": 32, "out_channels": 16, "height": 64, "width": 64},
+        "cpu": {"batch_size": 8, "in_channels": 32, "out_channels": 16, "height": 64, "width": 64},
     },
 }
 

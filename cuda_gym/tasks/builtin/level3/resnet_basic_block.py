@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["conv", "conv2d", "batch_norm", "relu", "residual", "resnet"],
     "sizes": {
         "cuda": {"batch_size": 64, "channels": 128, "height": 56, "width": 56},
-        "cpu": {"batch_size": 8, "channels": 32, "height": 32, "width": 32},
+        "cpu": {"batch_size": 16, "channels": 32, "height": 32, "width": 32},
     },
 }
 

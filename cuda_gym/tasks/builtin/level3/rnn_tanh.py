@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["rnn", "recurrent", "tanh", "gemm"],
     "sizes": {
         "cuda": {"batch_size": 256, "seq_len": 16, "input_size": 1024, "hidden_size": 1024},
-        "cpu": {"batch_size": 64, "seq_len": 16, "input_size": 256, "hidden_size": 256},
+        "cpu": {"batch_size": 128, "seq_len": 16, "input_size": 256, "hidden_size": 256},
     },
 }
 
