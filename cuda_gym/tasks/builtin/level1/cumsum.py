@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["scan", "cumsum"],
     "sizes": {
         "cuda": {"batch_size": 4096, "dim": 16384},
-        "cpu": {"batch_size": 1024, "dim": 4096},
+        "cpu": {"batch_size": 2048, "dim": 4096},
     },
 }
 

@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["softmax", "log_softmax", "reduction"],
     "sizes": {
         "cuda": {"batch_size": 4096, "dim": 16384},
-        "cpu": {"batch_size": 512, "dim": 8192},
+        "cpu": {"batch_size": 768, "dim": 8192},
     },
 }
 

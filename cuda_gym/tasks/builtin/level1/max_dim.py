@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["reduction", "max", "strided"],
     "sizes": {
         "cuda": {"batch_size": 128, "dim1": 1024, "dim2": 1024},
-        "cpu": {"batch_size": 64, "dim1": 256, "dim2": 1024},
+        "cpu": {"batch_size": 128, "dim1": 256, "dim2": 1024},
     },
 }
 

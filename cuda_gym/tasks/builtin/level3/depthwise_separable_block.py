@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["conv", "depthwise", "pointwise", "batch_norm", "relu", "mobilenet"],
     "sizes": {
         "cuda": {"batch_size": 32, "in_channels": 128, "out_channels": 256, "height": 64, "width": 64},
-        "cpu": {"batch_size": 16, "in_channels": 32, "out_channels": 64, "height": 32, "width": 32},
+        "cpu": {"batch_size": 24, "in_channels": 32, "out_channels": 64, "height": 32, "width": 32},
     },
 }
 

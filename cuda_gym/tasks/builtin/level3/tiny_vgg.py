@@ -6,7 +6,7 @@ CUDA_GYM = {
     "tags": ["conv", "conv2d", "relu", "pooling", "gemm", "vgg"],
     "sizes": {
         "cuda": {"batch_size": 256, "in_channels": 3, "image_size": 64, "num_classes": 100},
-        "cpu": {"batch_size": 4, "in_channels": 3, "image_size": 32, "num_classes": 100},
+        "cpu": {"batch_size": 8, "in_channels": 3, "image_size": 32, "num_classes": 100},
     },
 }
 
