@@ -116,11 +116,19 @@ def section_throughput(evaluator: Evaluator, backend: str, count: int) -> dict:
     started = time.perf_counter()
     futures = [(kind, evaluator.submit(task, candidate)) for kind, task, candidate in stream]
     verdicts: Counter = Counter()
+    compile_s, eval_s = [], []
     for kind, future in tqdm(futures, desc="throughput"):
-        verdicts[f"{kind}:{future.result().error_code.value}"] += 1
+        result = future.result()
+        verdicts[f"{kind}:{result.error_code.value}"] += 1
+        if result.compiled and not result.build_cached:
+            compile_s.append(result.compile_seconds)
+        if result.eval_seconds:
+            eval_s.append(result.eval_seconds)
     elapsed = time.perf_counter() - started
     return {"candidates": count, "seconds": elapsed, "candidates_per_hour": count / elapsed * 3600,
-            "verdicts": dict(verdicts), "build_workers": evaluator.build_workers}
+            "verdicts": dict(verdicts), "build_workers": evaluator.build_workers,
+            "native_compile_s_median": statistics.median(compile_s) if compile_s else None,
+            "eval_stage_s_median": statistics.median(eval_s) if eval_s else None}
 
 
 def section_fidelity(evaluator: Evaluator, backend: str, repeats: int, task_ids: list[str]) -> dict:

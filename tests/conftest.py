@@ -37,3 +37,11 @@ def cache_dir(tmp_path_factory):
 def cpu_evaluator(cache_dir):
     with Evaluator("cpu", TEST_CONFIG, cache_dir=cache_dir) as evaluator:
         yield evaluator
+
+
+@pytest.fixture(scope="session")
+def cuda_evaluator(cache_dir):
+    """One CUDA evaluator for every GPU test (one warm spare, one device slot)."""
+    with Evaluator("cuda", TEST_CONFIG, cache_dir=cache_dir) as evaluator:
+        evaluator.test_cache_dir = cache_dir
+        yield evaluator

@@ -8,17 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cuda_gym.eval import ErrorCode, EvalConfig, Evaluator
+from cuda_gym.eval import ErrorCode
 from cuda_gym.tasks import get_task, load_suite, solution_path
 
-GPU_CONFIG = EvalConfig(baselines=("eager",), eval_timeout_s=120.0, compile_timeout_s=300.0)
 KERNELBENCH_CANDIDATE = Path(__file__).resolve().parents[1] / "benchmarks" / "candidates" / "kernelbench_gelu_cuda.py"
-
-
-@pytest.fixture(scope="module")
-def cuda_evaluator(cache_dir):
-    with Evaluator("cuda", GPU_CONFIG, cache_dir=cache_dir) as evaluator:
-        yield evaluator
 
 
 @pytest.mark.gpu

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -26,6 +27,7 @@ from .config import EvalConfig
 from .correctness import compare, degeneracy, judge_stats
 from .logs import trim_compile_log
 from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
+from . import sandbox
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
 
@@ -137,7 +139,8 @@ class Evaluator:
         )
 
     def _base_env(self, backend: str) -> dict[str, str]:
-        env = {"CUDA_GYM_KERNEL_CACHE": str(self.cache_dir / "kernels"), "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {"CUDA_GYM_KERNEL_CACHE": str(self.cache_dir / "kernels"),
+               "CUDA_GYM_INLINE_CACHE": str(self.cache_dir / "inline"), "PYTHONDONTWRITEBYTECODE": "1"}
         capability = self.platform.get("capability")
         if backend == "cuda" and capability:
             env["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
@@ -290,12 +293,14 @@ class Evaluator:
     # -------------------------------------------------------------------------------------- judge
     def _judge(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],
                result: EvalResult) -> None:
-        judge = _Judgement(config, result)
+        key = secrets.token_bytes(32)  # authenticates the worker's messages (see sandbox.sign)
+        judge = _Judgement(config, result, key)
         with self._device_slot:
             judge.started = time.monotonic()
             worker = self._pool.acquire(self._spec("eval", backend, config, self._base_env(backend)))
             try:
-                run_job(worker, self._job(task, backend, config, candidate_source=candidate.source, env=env),
+                run_job(worker, self._job(task, backend, config, candidate_source=candidate.source, env=env,
+                                          channel_key=key.hex()),
                         config.eval_timeout_s, judge.on_message)
             except WorkerTimeout:
                 judge.verdict(ErrorCode.TIMEOUT, f"the evaluation ran past {config.eval_timeout_s:g} s and was "
@@ -314,9 +319,11 @@ class Evaluator:
 class _Judgement:
     """Turns a worker's messages into a verdict. Decides on the evaluator's side of the pipe."""
 
-    def __init__(self, config: EvalConfig, result: EvalResult):
+    def __init__(self, config: EvalConfig, result: EvalResult, key: bytes | None = None):
         self.config = config
         self.result = result
+        self.key = key
+        self.seq = 0
         self.stage = "setup"
         self.reference: list[list[np.ndarray]] = []
         self.reference_specs: list[list[dict]] = []
@@ -335,6 +342,11 @@ class _Judgement:
         return False  # stop reading: the verdict is in
 
     def on_message(self, message: Message) -> bool:
+        if self.key is not None and message.kind != "ready":
+            if not sandbox.verify(self.key, self.seq, message.kind, message.meta, message.arrays):
+                return self.verdict(ErrorCode.FORBIDDEN, "a message on the worker's channel failed authentication: "
+                                    "it was written by candidate code, not by the worker")
+            self.seq += 1
         meta = message.meta
         stage = message.kind if message.kind != "trial" else f"trial{meta.get('index')}"
         self.result.stage_seconds[str(stage)[:32]] = round(time.monotonic() - self.started, 4)
@@ -456,9 +468,13 @@ class _Judgement:
             self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process while it was timed: "
                          + ", ".join(timing["tampered"]))
             return
+        rows = timing.get("checksums", [])
+        if not rows or len(rows) < int((timing.get("stats") or {}).get("reps", 1)):
+            self.verdict(ErrorCode.FORBIDDEN, "the timing report has fewer checksums than timed calls")
+            return
         tolerance = max(1e-4, 10 * self.config.rel_norm_tolerance)
         expected = self.timing_checksums
-        for rep, row in enumerate(timing.get("checksums", [])):
+        for rep, row in enumerate(rows):
             which = int(row[0]) if row else -1
             if not 0 <= which < len(expected) or len(row) - 1 != len(expected[which]):
                 self.verdict(ErrorCode.INCORRECT, f"timed call {rep} returned a different number of outputs")
@@ -472,6 +488,15 @@ class _Judgement:
                                  f"{got[position]:.6g}, expected {want[position]:.6g}): outputs cached, "
                                  "skipped or finished after the call returned")
                     return
+        audit = timing.get("audit") or {}
+        if self.config.policy == "strict" and (audit.get("forbidden_ops") or audit.get("without_native")
+                                               or not audit.get("intact", True)):
+            ops = ", ".join(f"{op} x{n}" for op, n in sorted((audit.get("forbidden_ops") or {}).items()))
+            self.verdict(ErrorCode.FORBIDDEN, "timed calls behaved differently from the correctness trials: "
+                         + (f"they ran PyTorch compute ops ({ops})" if ops else
+                            "the op recorder was disabled" if not audit.get("intact", True) else
+                            f"{audit.get('without_native')} of them never called the candidate's native code"))
+            return
         self.result.candidate_time = TimingStats(**timing["stats"])
         self.result.flags += list(timing.get("flags", []))
 

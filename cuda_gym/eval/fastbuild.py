@@ -8,9 +8,11 @@ changes cut most of that compile time:
   `#include <torch/types.h>` (tensors, factories, TORCH_CHECK) in front of CUDA sources, which is
   all a kernel file without Python bindings uses. Sources that use pybind11 or the C++ frontend
   keep the include.
-- The generated C++ file is compiled with torch's precompiled header (`use_pch=True`), built once
-  per machine and flag set, when torch's include directory is writable. (Any `load_inline` call
-  with `use_pch=False`, in any process, makes torch delete that header; it is rebuilt on next use.)
+- The generated C++ file includes `torch/extension.h` first, so g++ uses torch's precompiled header
+  (`torch/extension.h.gch`) whenever it exists and matches the flags. Workers never build or delete
+  it (a candidate must not write what later candidates compile against): build it once, trusted,
+  with `python -m cuda_gym.eval.fastbuild`. (A `load_inline(use_pch=False)` call in any other
+  process makes torch delete it.)
 
 If the accelerated build fails for any reason, the original call runs unchanged, and the candidate's
 build directory remembers that, so a candidate never fails or is rebuilt because of this module.
@@ -33,24 +35,32 @@ def _sources(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _pch_usable() -> bool:
+def precompiled_header_ready() -> bool:
+    """True when torch's precompiled header exists."""
     import torch
 
-    include_dir = Path(torch.__file__).parent / "include" / "torch"
-    return os.access(include_dir, os.W_OK)
+    header = Path(torch.__file__).parent / "include" / "torch" / "extension.h.gch"
+    return header.exists()
 
 
 def accelerated_arguments(kwargs: dict[str, Any]) -> dict[str, Any] | None:
     """The faster arguments for a `load_inline` call, or None when nothing can be sped up."""
-    changed = dict(kwargs)
     cuda_sources = _sources(kwargs.get("cuda_sources"))
-    if cuda_sources and not any(_NEEDS_FULL_HEADER.search(s) for s in cuda_sources):
-        stripped = [_EXTENSION_INCLUDE.sub("", s) for s in cuda_sources]
-        if stripped != cuda_sources:
-            changed["cuda_sources"] = stripped
-    if not kwargs.get("use_pch") and _pch_usable():
-        changed["use_pch"] = True
-    return changed if changed != kwargs else None
+    if not cuda_sources or any(_NEEDS_FULL_HEADER.search(s) for s in cuda_sources):
+        return None
+    stripped = [_EXTENSION_INCLUDE.sub("", s) for s in cuda_sources]
+    return {**kwargs, "cuda_sources": stripped} if stripped != cuda_sources else None
+
+
+def build_precompiled_header() -> None:
+    """Build torch's precompiled header once (trusted context; e.g. `python -m cuda_gym.eval.fastbuild`)."""
+    import tempfile
+
+    from torch.utils import cpp_extension
+
+    with tempfile.TemporaryDirectory(prefix="cuda-gym-pch-") as build_dir:
+        cpp_extension.load_inline(name="cuda_gym_pch_warmup", cpp_sources="int cuda_gym_pch_warmup() { return 0; }",
+                                  functions=["cuda_gym_pch_warmup"], build_directory=build_dir, use_pch=True)
 
 
 def install() -> None:
@@ -73,6 +83,15 @@ def install() -> None:
         except Exception:  # noqa: BLE001 - any failure of the fast path means: build it as written
             os.makedirs(marker_dir, exist_ok=True)
             Path(marker).touch()
-            return original(**kwargs)  # (use_pch=False also makes torch delete its shared header)
+            return original(**kwargs)
 
+    # g++ picks up torch's precompiled header by itself whenever it exists and matches the flags;
+    # workers neither build nor delete it (use_pch=True/False would), so candidates cannot touch it.
+    cpp_extension._check_and_build_extension_h_precompiler_headers = lambda *args, **kwargs: None
+    cpp_extension.remove_extension_h_precompiler_headers = lambda: None
     cpp_extension.load_inline = load_inline
+
+
+if __name__ == "__main__":
+    build_precompiled_header()
+    print("torch precompiled header ready:", precompiled_header_ready())

@@ -27,7 +27,6 @@ import gc
 import signal
 import sys
 import threading
-import time
 import types
 from collections import Counter
 from typing import Any, Callable
@@ -117,17 +116,11 @@ class OpRecorder(TorchDispatchMode):
             self._finish_profiler()
 
     def is_active(self) -> bool:
-        active = any(mode is self for mode in _get_current_dispatch_mode_stack())
-        if self._profiler is not None and not torch.autograd._profiler_enabled():
-            return False
-        return active
+        return any(mode is self for mode in _get_current_dispatch_mode_stack())
 
     def _finish_profiler(self) -> None:
         profiler, self._profiler = self._profiler, None
         if profiler is None:
-            return
-        if not torch.autograd._profiler_enabled():
-            self.ops[PROFILER_STOPPED] += 1
             return
         try:
             profiler.__exit__(None, None, None)
@@ -234,7 +227,7 @@ class Tripwire:
         import typing
 
         known: set[types.CodeType] = set()
-        stack = [o.__code__ for o in gc.get_objects() if isinstance(o, types.FunctionType)]
+        stack = [o.__code__ for o in gc.get_objects() if type(o) is types.FunctionType]
         for frame in sys._current_frames().values():  # module-level code of running frames too
             while frame is not None:
                 stack.append(frame.f_code)
@@ -258,9 +251,18 @@ class Tripwire:
         # Pass-through frames between a frame request and whoever consumes the frame.
         transparent = codes_of(traceback, traceback.StackSummary, traceback.TracebackException, inspect)
         transparent.add(logging.currentframe.__code__)
-        # Consumers that only read the caller's module name / file and line, never hand frames out.
+        # Consumers that only read the caller's module name / file and line, or turn the stack into
+        # text, and never hand a frame out (torch.manual_seed, for one, formats the stack).
         safe = codes_of(collections.namedtuple, typing._caller, logging.Logger.findCaller,
                         enum.EnumType._create_, torch.library.Library.__init__)
+        safe |= codes_of(*[getattr(traceback, name) for name in (
+            "format_stack", "extract_stack", "print_stack", "format_exc", "print_exc", "format_exception",
+            "print_exception", "format_tb", "extract_tb", "print_tb", "print_last") if hasattr(traceback, name)])
+        for module_name, names in (("typing_extensions", ("_caller", "_has_generic_or_protocol_as_origin")),
+                                   ("torch._library.utils", ("get_source",))):
+            module = sys.modules.get(module_name)
+            safe |= codes_of(*[getattr(module, name) for name in names if hasattr(module, name)])
+        safe |= codes_of(*[f for f in (getattr(torch.library.Library, "_register_fake", None),) if f])
         events: list[str] = []
         local = threading.local()
         getframe = sys._getframe
@@ -290,12 +292,16 @@ class Tripwire:
                 frame_request = event in ("sys._getframe", "object.__getattr__")
                 if frame_request:
                     consumer = requester
-                    while consumer is not None and consumer.f_code in transparent:
+                    while consumer is not None:
+                        if consumer.f_code in safe:
+                            return
+                        if consumer.f_code not in transparent:
+                            break
                         consumer = consumer.f_back
-                    if consumer is not None and consumer.f_code in safe:
-                        return
                 detail = args[1] if event in ("object.__getattr__", "object.__setattr__", "ctypes.dlsym") else ""
-                events.append(f"{event}({detail})" if detail else event)
+                code = requester.f_code
+                where = f"{code.co_filename.rsplit('/', 1)[-1]}:{requester.f_lineno} {code.co_name}"
+                events.append(f"{event}({detail}) in {where}" if detail else f"{event} in {where}")
             finally:
                 local.busy = False
             if frame_request:
@@ -377,6 +383,26 @@ CHECKED_OPS = ("aten::sub.Tensor", "aten::abs", "aten::max", "aten::sum", "aten:
                "aten::empty.memory_format", "aten::empty_like", "aten::detach", "aten::lift_fresh")
 
 
+def _persisting_l2_limit_getter() -> Callable[[], Any] | None:
+    """The current context's persisting-L2 set-aside (CU_LIMIT_PERSISTING_L2_CACHE_SIZE) through the
+    driver API: L2 persistence (access-policy windows) only works while it is above 0."""
+    import ctypes
+
+    try:
+        get_limit = ctypes.CDLL("libcuda.so.1").cuCtxGetLimit
+    except (OSError, AttributeError):
+        return None
+    get_limit.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+    get_limit.restype = ctypes.c_int
+
+    def persisting_l2_limit() -> Any:
+        value = ctypes.c_size_t(0)
+        status = get_limit(ctypes.byref(value), 0x06)
+        return int(value.value) if status == 0 else f"<CUresult {status}>"
+
+    return persisting_l2_limit
+
+
 def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
     """A closure that compares the process with the state captured now. Everything it calls is
     captured here, so rebinding module attributes, builtins or class methods later cannot change
@@ -398,7 +424,8 @@ def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
         except RuntimeError:
             pass
     sys_modules, module_type, type_type = sys.modules, types.ModuleType, type
-    is_callable, items, tuple_ = builtins.callable, dict.items, tuple
+    is_callable, items, is_instance, make_set = builtins.callable, dict.items, builtins.isinstance, builtins.set
+    get_vars = builtins.vars
     get_trace, get_profile = sys.gettrace, sys.getprofile
     signals = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
     get_signal = signal.getsignal
@@ -427,6 +454,9 @@ def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
     if device == "cuda":
         getters["cuda.current_device"] = torch.cuda.current_device
         getters["cuda.current_stream"] = lambda s=torch.cuda.current_stream: s().cuda_stream
+        persisting_l2 = _persisting_l2_limit_getter()
+        if persisting_l2 is not None:
+            getters["cuda.persisting_l2_cache_limit"] = persisting_l2
     flags = {name: get() for name, get in getters.items()}
     events = tripwire.events
     missing = object()
@@ -436,18 +466,18 @@ def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
         for name, module in items(modules):
             if sys_modules.get(name) is not module:
                 changed.append(f"sys.modules[{name!r}]")
-            now, before = vars(module), module_dicts[name]
+            now, before = get_vars(module), module_dicts[name]
             for key, value in items(before):
                 if key not in now:
                     changed.append(f"{name}.{key} (deleted)")
-                elif now[key] is not value and (is_callable(value) or isinstance(value, (module_type, type_type))):
+                elif now[key] is not value and (is_callable(value) or is_instance(value, (module_type, type_type))):
                     changed.append(f"{name}.{key}")
             for key, value in items(now):
-                if key not in before and is_callable(value) and not isinstance(value, module_type):
+                if key not in before and is_callable(value) and not is_instance(value, module_type):
                     changed.append(f"{name}.{key} (added)")
         for name, cls in items(classes):
-            now, before = vars(cls), class_dicts[name]
-            for key in set(now) | set(before):
+            now, before = get_vars(cls), class_dicts[name]
+            for key in make_set(now) | make_set(before):
                 if now.get(key, missing) is not before.get(key, missing):
                     changed.append(f"{name}.{key}")
         for op, table in items(tables):

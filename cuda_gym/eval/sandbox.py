@@ -5,8 +5,8 @@ The worker gets its own session (so the evaluator can kill it with everything it
 inherited file descriptors but its channel and its log (a candidate that scribbles on inherited
 pipes could otherwise kill the evaluator's fork server or resource tracker), no core dumps, a cap
 on file size (stdout/stderr floods), an address-space cap on the CPU backend, a private network
-namespace (no network for candidates), a private PID namespace whose init dies with the worker (so
-descendants that leave the process group still die), write access only to its scratch directory and
+namespace (no network for candidates), a watchdog that kills descendants which left the process
+group when the worker is gone, write access only to its scratch directory and
 the build caches (Landlock, where the kernel has it), and a scratch working directory. Each
 measure that could not be applied is reported, never silently skipped.
 
@@ -28,7 +28,6 @@ import time
 from typing import Any, Iterable, Sequence
 
 _CLONE_NEWNET = 0x40000000
-_CLONE_NEWPID = 0x20000000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _SIGKILL = 9
@@ -104,29 +103,88 @@ def isolate_network() -> bool:
         return False
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+_WATCH_INTERVAL_S = 0.25
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, start time) of every process, from /proc."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 19:
+            table[int(name)] = (int(fields[1]), fields[19])
+    return table
+
+
+def _descendants(table: dict[int, tuple[int, str]], roots: Iterable[int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), list(roots)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _watch(worker: int) -> None:
+    """The watchdog's loop: remember the worker's descendants while it lives; once it is gone,
+    SIGKILL every remembered one that is still the same process, and their descendants."""
+    me = os.getpid()
+    seen: dict[int, str] = {}
+    while os.getppid() == worker:
+        table = _process_table()
+        for pid in _descendants(table, [worker]) - {me}:
+            seen[pid] = table[pid][1]
+        time.sleep(_WATCH_INTERVAL_S)
+    for _ in range(5):
+        table = _process_table()
+        alive = {pid for pid, start in seen.items() if table.get(pid, (0, None))[1] == start}
+        alive |= _descendants(table, alive)
+        alive.discard(me)
+        if not alive:
+            break
+        for pid in alive:
+            seen.setdefault(pid, table[pid][1])
+            try:
+                os.kill(pid, _SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+
+
 def contain_children() -> bool:
-    """Put every process this worker starts from now on in a new PID namespace whose init (a
-    small child of this worker) dies with the worker: the kernel then SIGKILLs everything in the
-    namespace, including descendants that called setsid() to leave the process group that the
-    evaluator kills. Needs CAP_SYS_ADMIN; returns False where not permitted."""
+    """Make sure nothing this worker starts outlives it. The evaluator kills the worker's process
+    group; a descendant in another group (ninja runs each compiler in its own; a candidate can
+    call setsid()) would survive that. So the worker becomes a child subreaper (orphans of its
+    descendants stay in its subtree) and forks a watchdog in a session of its own, which remembers
+    the worker's descendants and, when the worker is gone, SIGKILLs those still alive. Processes
+    started and orphaned within the last ~0.25 s, or a candidate that kills the watchdog first
+    (same user), are not covered. Returns False where the subreaper cannot be set."""
     try:
-        libc = _libc()
-        if libc.unshare(_CLONE_NEWPID) != 0:
+        if _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             return False
     except (OSError, AttributeError):
         return False
-    prctl = libc.prctl
-    pid = os.fork()  # the first child in the new namespace becomes its init
-    if pid == 0:
+    worker = os.getpid()
+    if os.fork() == 0:
         try:
-            prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
-            while True:  # reap orphans reparented to us; never exits on its own
-                try:
-                    os.waitpid(-1, 0)
-                except ChildProcessError:
-                    time.sleep(0.5)
-                except InterruptedError:
-                    pass
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, 1 << 16)  # not the worker's channel: its end must close with the worker
+            _watch(worker)
         finally:
             os._exit(0)
     return True
@@ -151,7 +209,7 @@ def writable_paths(scratch: str) -> list[str]:
     """What a build or eval worker may write: its scratch directory, the kernel cache, the
     extension build directories (TORCH_EXTENSIONS_DIR or torch's default), the CUDA JIT cache."""
     paths = [scratch]
-    for variable in ("CUDA_GYM_KERNEL_CACHE", "TORCH_EXTENSIONS_DIR"):
+    for variable in ("CUDA_GYM_KERNEL_CACHE", "CUDA_GYM_INLINE_CACHE", "TORCH_EXTENSIONS_DIR"):
         if os.environ.get(variable):
             paths.append(os.environ[variable])
     try:
@@ -169,6 +227,8 @@ def restrict_writes(paths: Sequence[str]) -> list[str]:
     or remove files only beneath `paths` (created if missing) and in a few device files; reading
     and executing stay unrestricted. Also points TMPDIR at the first path (compilers write their
     temporaries there). Returns what could not be applied ([] on success)."""
+    if os.environ.get("CUDA_GYM_SANDBOX_WRITES", "1") == "0":
+        return ["landlock (disabled by CUDA_GYM_SANDBOX_WRITES=0)"]
     if paths:
         os.environ["TMPDIR"] = paths[0]
         import tempfile
@@ -214,7 +274,22 @@ def restrict_writes(paths: Sequence[str]) -> list[str]:
             return failed + [f"landlock (restrict_self errno {ctypes.get_errno()})"]
     finally:
         os.close(ruleset)
+    _keep_torch_headers_read_only()
     return failed
+
+
+def _keep_torch_headers_read_only() -> None:
+    """torch's include directory is read-only here (a candidate could otherwise plant code in
+    every later build through a header or the precompiled header). `load_inline(use_pch=False)`
+    deletes torch's precompiled header; make that a no-op instead of a PermissionError (GCC
+    ignores a precompiled header that does not match the flags). A missing or stale precompiled
+    header cannot be (re)built here: prebuild it outside the sandbox to keep the fast path."""
+    try:
+        from torch.utils import cpp_extension
+    except ImportError:
+        return
+    if hasattr(cpp_extension, "remove_extension_h_precompiler_headers"):
+        cpp_extension.remove_extension_h_precompiler_headers = lambda: None
 
 
 def apply_limits(*, max_file_mb: float, address_space_gb: float | None) -> list[str]:

@@ -9,6 +9,7 @@ is the one reported.
 """
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from typing import Any, Callable, Sequence
@@ -58,16 +59,28 @@ class Timer:
             _cuda_synchronize()
 
     def run(self, fn: Callable[..., Any], live_inputs: Sequence[Any], load_set: Callable[[int], None],
-            sets: int, checksum: Callable[[Any], list[float]]) -> tuple[TimingStats, list[str], list[list[float]]]:
+            sets: int, checksum: Callable[[Any], list[float]], *, audit: Callable[[], Any] | None = None,
+            cover_sets: bool = True) -> tuple[TimingStats, list[str], list[list[float]]]:
         """Time `fn(*live_inputs)`; before each repeat `load_set(k)` copies input set k (rotating)
         into the live input tensors, so the addresses stay and the values change: a result cached
         by address is stale. Returns (stats, flags, per-repeat [set index, *checksum(output)]),
-        the checksum taken right after the timed call, so late or skipped work is caught."""
+        the checksum taken right after the timed call, so late or skipped work is caught.
+
+        Warm-up calls load sets `reps, reps+1, ...` (mod `sets`), so with `sets >= reps + warmup`
+        no call sees the inputs of another. `audit()`, when given, returns a context manager (the
+        op recorder) under which every warm-up call and a secret random quarter of the repeats run;
+        those repeats are checksummed but not timed. `cover_sets=False`: stop on the budget once
+        `min_reps` repeats are timed, without first using every set."""
         flags: list[str] = []
+        chooser = random.SystemRandom()
         with _no_grad():
             for index in range(self.warmup_reps):
-                load_set(index % sets)
-                fn(*live_inputs)
+                load_set((self.reps + index) % sets)
+                if audit is not None:
+                    with audit():
+                        fn(*live_inputs)
+                else:
+                    fn(*live_inputs)
             self._sync()
             event_ms: list[float] = []
             wall_ms: list[float] = []
@@ -79,6 +92,14 @@ class Timer:
                 if self._flush_buffer is not None:
                     self._flush_buffer.zero_()
                 self._sync()
+                if (audit is not None and chooser.random() < 0.25
+                        and self.reps - rep > self.min_reps - len(wall_ms)):
+                    with audit():
+                        output = fn(*live_inputs)
+                    self._sync()
+                    sums.append([float(which), *checksum(output)])
+                    del output
+                    continue
                 if self.device == "cuda":
                     start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
                     t0 = _perf_counter_ns()
@@ -95,7 +116,8 @@ class Timer:
                 wall_ms.append((t1 - t0) / 1e6)
                 sums.append([float(which), *checksum(output)])
                 del output
-                if rep + 1 >= max(self.min_reps, sets) and _perf_counter_ns() - started > self.budget_ns:
+                covered = rep + 1 >= sets if cover_sets else True
+                if len(wall_ms) >= self.min_reps and covered and _perf_counter_ns() - started > self.budget_ns:
                     break
         if self.device != "cuda":
             return _stats(wall_ms, "wall"), flags, sums

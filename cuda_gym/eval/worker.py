@@ -15,6 +15,7 @@ Every message leaves through `protocol.encode`; the evaluator judges; this proce
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -44,8 +45,17 @@ _perf_counter = time.perf_counter
 class _Channel:
     def __init__(self, conn: Any):
         self._conn = conn
+        self._key: bytes | None = None
+        self._seq = 0
+
+    def authenticate(self, key_hex: str | None) -> None:
+        """Sign every later message with the job's key (see sandbox.sign)."""
+        self._key = bytes.fromhex(key_hex) if key_hex else None
 
     def send(self, kind: str, meta: dict | None = None, arrays: list[np.ndarray] = ()) -> None:
+        if self._key is not None and kind != "exit":
+            meta = sandbox.sign(self._key, self._seq, kind, meta or {}, list(arrays))
+            self._seq += 1
         self._conn.send_bytes(protocol.encode(kind, meta, list(arrays)))
 
 
@@ -55,6 +65,9 @@ SAMPLE_SIZE = 8192
 
 def _as_tensor(value: Any) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):  # a subclass can defer its work
+            raise TypeError(f"forward returned a tensor subclass ({type(value).__name__}); outputs must be "
+                            "plain torch.Tensor objects")
         return value.detach()
     if isinstance(value, (bool, int, float)):
         return torch.tensor(value)
@@ -95,11 +108,50 @@ def _describe(output: Any, sample_seed: int, reference: list[torch.Tensor] | Non
     return arrays, specs
 
 
-def _checksum(output: Any) -> list[float]:
-    """Sum and L1 norm of each output, accumulated in float64 (no float64 copy of the output)."""
-    sums = []
-    for value in flatten_outputs(output):
+class _Probe:
+    """Secret positions and weights per output size (drawn in this worker before the candidate
+    loads): the position-sensitive part of a timing checksum."""
+
+    SIZE = 4096
+
+    def __init__(self, seed: int):
+        self._seed = seed
+        self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, tensor: torch.Tensor) -> list[float]:
+        flat = tensor.detach().reshape(-1)
+        if flat.numel() == 0:
+            return [0.0, 0.0]
+        key = (flat.numel(), str(flat.device))
+        if key not in self._cache:
+            generator = torch.Generator(device=flat.device)
+            generator.manual_seed(self._seed)
+            positions = torch.randint(0, flat.numel(), (self.SIZE,), generator=generator, device=flat.device)
+            weights = torch.rand(self.SIZE, generator=generator, device=flat.device, dtype=torch.float64) + 0.5
+            self._cache[key] = (positions, weights)
+        positions, weights = self._cache[key]
+        values = flat[positions].double()
+        return [float((values * weights).sum()), float((values.abs() * weights).sum())]
+
+
+def _checksum(output: Any, probe: _Probe | None = None) -> list[float]:
+    """Sum and L1 norm of each output, accumulated in float64 (no float64 copy of the output).
+    With `probe`, each output is first read at secret positions (right after the call returned, so
+    an output still being written by work the call did not wait for fails) and position-weighted
+    sums of those values are appended (a stale, shifted or permuted output fails even where its
+    plain sums agree). A tensor subclass gets NaN: it could run its work only when read."""
+    values = flatten_outputs(output)
+    probes: list[float] = []
+    for value in values if probe is not None else ():
         if isinstance(value, torch.Tensor):
+            probes += probe(value) if type(value) is torch.Tensor else [float("nan")] * 2
+        else:
+            probes += [float(value), abs(float(value))]
+    sums = []
+    for value in values:
+        if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
+            sums += [float("nan")] * 2
+        elif isinstance(value, torch.Tensor):
             value = value.detach()
             if not value.is_floating_point():
                 value = value.double()
@@ -107,7 +159,7 @@ def _checksum(output: Any) -> list[float]:
                      float(torch.linalg.vector_norm(value, 1, dtype=torch.float64))]
         else:
             sums += [float(value), abs(float(value))]
-    return sums
+    return sums + probes
 
 
 def _to_device(value: Any, device: str) -> Any:
@@ -175,11 +227,87 @@ class _TaskSetup:
         self.timing_sets = self.draws[config["correctness_trials"]:]
 
 
-def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict) -> tuple[Any, list[str], list]:
-    timer = Timer(device, warmup_reps=config["warmup_reps"], reps=config["timing_reps"],
+def _variant(inputs: list[Any], shifts: list[int]) -> list[Any]:
+    """`inputs` with each tensor's elements rotated by its shift (same values, new positions)."""
+    return [torch.roll(v.reshape(-1), s).reshape(v.shape) if isinstance(v, torch.Tensor) and s else _clone(v)
+            for v, s in zip(inputs, shifts)]
+
+
+def _timing_variants(setup: _TaskSetup, device: str, config: dict, probe: _Probe) -> tuple[list, list]:
+    """One fresh input per timed call (warm-ups included): input set k mod sets, each tensor
+    rotated by a secret random shift, with the reference's checksum of its output. Content seen by
+    one call is never seen by another, so nothing can be cached across calls, and nothing can be
+    precomputed (the shifts are drawn here). Stops early once the reference has run for the
+    timing budget; the timer then makes fewer calls."""
+    import math
+    import random
+
+    chooser = random.SystemRandom()
+    needed = config["warmup_reps"] + config["timing_reps"]
+    enough = config["warmup_reps"] + config["timing_min_reps"]
+    variants, checksums = [], []
+    started = _perf_counter()
+    with torch.no_grad():
+        for index in range(needed):
+            which = index % len(setup.timing_sets)
+            base = setup.timing_sets[which].inputs
+            shifts = [chooser.randrange(1, v.numel()) if isinstance(v, torch.Tensor) and v.numel() > 1 else 0
+                      for v in base]
+            sums = _checksum(setup.model(*_variant(base, shifts)), probe)
+            if not all(math.isfinite(s) for s in sums):  # this rotation breaks the task: use the set as is
+                shifts = [0] * len(base)
+                sums = _checksum(setup.model(*_variant(base, shifts)), probe)
+            variants.append((which, shifts))
+            checksums.append(sums)
+            if index + 1 >= enough and _perf_counter() - started > config["timing_budget_s"]:
+                break
+    return variants, checksums
+
+
+class _Audit:
+    """The op recorder around the timed calls that Timer.run audits; what they dispatched."""
+
+    def __init__(self, policy: str):
+        self.policy = policy
+        self.calls = 0
+        self.without_native = 0
+        self.intact = True
+        self.forbidden: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def __call__(self) -> Any:
+        recorder = guard.OpRecorder()
+        before = guard.native_call_total()
+        with recorder:
+            yield
+            self.intact = self.intact and recorder.is_active()
+        self.calls += 1
+        self.without_native += guard.native_call_total() == before
+        for op, count in recorder.ops.items():
+            if not guard.op_is_allowed(op, self.policy):
+                self.forbidden[op] = self.forbidden.get(op, 0) + count
+
+    def meta(self) -> dict:
+        return {"calls": self.calls, "without_native": self.without_native, "intact": self.intact,
+                "forbidden_ops": self.forbidden}
+
+
+def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, variants: list | None = None,
+                probe: _Probe | None = None, audit: _Audit | None = None) -> tuple[Any, list[str], list]:
+    reps = config["timing_reps"] if variants is None else len(variants) - config["warmup_reps"]
+    timer = Timer(device, warmup_reps=config["warmup_reps"], reps=reps,
                   min_reps=config["timing_min_reps"], budget_s=config["timing_budget_s"],
                   l2_flush=config["l2_flush"])
     live = [_clone(v) for v in setup.timing_sets[0].inputs]
+    if variants is not None:  # the candidate: a fresh variant per call, some calls audited
+        def load_variant(which: int) -> None:
+            base, shifts = variants[which]
+            for dst, src in zip(live, _variant(setup.timing_sets[base].inputs, shifts)):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
+
+        return timer.run(model, live, load_variant, len(variants), lambda out: _checksum(out, probe),
+                         audit=audit, cover_sets=False)
 
     def load_set(which: int) -> None:
         for dst, src in zip(live, setup.timing_sets[which].inputs):
@@ -225,9 +353,14 @@ def _classify_load_error(exc: BaseException) -> str:
     if ("Error building extension" in text or "CalledProcessError" in text or "ninja" in text.lower()
             or "undefined symbol" in text or "could not be loaded" in text):
         return "COMPILE_ERROR"
-    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+    if _is_oom(exc):
         return "OUT_OF_MEMORY"
     return "RUNTIME_ERROR"
+
+
+def _is_oom(exc: BaseException) -> bool:
+    """Allocation failures: CUDA's, Python's, and the CPU allocator's (a RuntimeError)."""
+    return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(exc)
 
 
 def _error(channel: _Channel, code: str, message: str, **meta: Any) -> None:
@@ -280,13 +413,17 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         draw_arrays, draw_specs = _describe(outputs, _sample_seed(job, index))
         arrays += draw_arrays
         specs.append(draw_specs)
-    timing_checksums = [_checksum(o) for o in setup.reference_outputs[config["correctness_trials"]:]]
+    import secrets
+
+    probe = _Probe(secrets.randbits(62))
+    variants, timing_checksums = _timing_variants(setup, device, config, probe)
     channel.send("reference", {"distributions": [d.distribution for d in setup.draws], "outputs": specs,
                                "timing_checksums": timing_checksums, "seconds": _perf_counter() - started}, arrays)
+    del arrays, specs, timing_checksums
 
-    tamper = guard.TamperCheck(device)
     fastbuild.install()
     guard.count_native_calls()
+    tamper = guard.TamperCheck(device, policy)  # last thing before candidate code: arms the tripwire
     started = _perf_counter()
     try:
         module = _load_candidate(job["candidate_source"])
@@ -307,7 +444,9 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
             flags.append("weights_not_shared")  # different parameter names: same seed instead
         model = model.to(device).eval()
     except BaseException as exc:  # noqa: BLE001
-        _error(channel, _classify_load_error(exc), f"{type(exc).__name__}: {exc}",
+        changes = tamper.changes()
+        _error(channel, "FORBIDDEN" if changes else _classify_load_error(exc), f"{type(exc).__name__}: {exc}"
+               + (f" (the candidate changed the evaluation process: {', '.join(changes)})" if changes else ""),
                traceback=traceback.format_exc(limit=8))
         return
     channel.send("loaded", {"seconds": _perf_counter() - started})
@@ -330,8 +469,10 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
                 still_recording = recorder.is_active()
             _sync(device)
         except BaseException as exc:  # noqa: BLE001
-            code = "OUT_OF_MEMORY" if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) else "RUNTIME_ERROR"
-            _error(channel, code, f"forward raised {type(exc).__name__}: {exc}",
+            changes = tamper.changes()
+            code = "FORBIDDEN" if changes else "OUT_OF_MEMORY" if _is_oom(exc) else "RUNTIME_ERROR"
+            _error(channel, code, f"forward raised {type(exc).__name__}: {exc}"
+                   + (f" (the candidate changed the evaluation process: {', '.join(changes)})" if changes else ""),
                    traceback=traceback.format_exc(limit=8))
             return
         finally:
@@ -361,9 +502,10 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
     channel.send("checks", checks)
     if forbidden and policy == "strict":
         return  # the verdict is FORBIDDEN; timing it would only cost time
-    stats, timing_flags, sums = _time_model(model, setup, device, config)
+    audit = _Audit(policy)
+    stats, timing_flags, sums = _time_model(model, setup, device, config, variants, probe, audit)
     channel.send("timing", {"stats": _stats_meta(stats), "flags": timing_flags, "checksums": sums,
-                            "tampered": tamper.changes()})
+                            "audit": audit.meta(), "tampered": tamper.changes()})
 
 
 def worker_main(conn: Any, setup: dict) -> None:
@@ -372,9 +514,13 @@ def worker_main(conn: Any, setup: dict) -> None:
     try:
         sandbox.new_session()
         sandbox.redirect_output(setup["log_path"])
+        sandbox.close_inherited_fds(keep=[conn.fileno()])
         os.chdir(setup["scratch_dir"])
         os.environ.update(setup["env"])
         failed = sandbox.apply_limits(max_file_mb=setup["max_file_mb"], address_space_gb=setup["address_space_gb"])
+        if setup["role"] in ("build", "eval"):
+            failed += [] if sandbox.contain_children() else ["child_watchdog"]
+            failed += sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
         isolated = sandbox.isolate_network() if setup["isolate_network"] else False
         backend = setup["backend"]
         if setup["role"] == "probe":
@@ -388,6 +534,7 @@ def worker_main(conn: Any, setup: dict) -> None:
         device_name = "" if setup["role"] == "build" else _init_device(backend, setup.get("cpu_threads"))
         channel.send("ready", {"device": device_name, "limits_not_applied": failed, "network_isolated": isolated})
         job = json.loads(conn.recv_bytes())
+        channel.authenticate(job.pop("channel_key", None))
         _set_precision(job["config"]["precision"])
         if setup["role"] == "build":
             _run_build(channel, job)

@@ -1,0 +1,42 @@
+"""Output cached by input address (CUDA): the first result for a given data pointer is returned
+again for every later call with the same pointer.
+
+TASK: builtin/L1/gelu
+EXPECTED: INCORRECT
+DEFENCE: timed calls reuse the live buffers with new content every call; per-call checksums
+    (with secret position-sensitive samples) against the reference.
+"""
+import torch
+import torch.nn as nn
+
+from cuda_gym.native import load_kernels
+
+_lib = load_kernels(
+    cuda=r'''
+#include <cuda_runtime.h>
+#include <cstdint>
+__global__ void gelu_kernel(const float* x, float* y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+extern "C" void gelu(const float* x, float* y, int64_t n, cudaStream_t stream) {
+    gelu_kernel<<<1024, 256, 0, stream>>>(x, y, n);
+}
+''',
+    functions=["void gelu(const float* x, float* y, int64_t n, cudaStream_t stream)"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = {}
+
+    def forward(self, x):
+        key = (x.data_ptr(), tuple(x.shape))
+        if key not in self.cache:
+            y = torch.empty_like(x)
+            _lib.gelu(x, y, x.numel())
+            self.cache[key] = y
+        return self.cache[key]

@@ -1,0 +1,37 @@
+"""Huge device allocation: a 10^12-element (4 TB) workspace in the forward.
+
+TASK: builtin/L1/gelu
+EXPECTED: OUT_OF_MEMORY
+DEFENCE: torch.OutOfMemoryError is classified OUT_OF_MEMORY; the worker is replaced.
+"""
+import torch
+import torch.nn as nn
+
+from cuda_gym.native import load_kernels
+
+_lib = load_kernels(
+    cuda=r'''
+#include <cuda_runtime.h>
+#include <cstdint>
+__global__ void gelu_kernel(const float* x, float* y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+extern "C" void gelu(const float* x, float* y, int64_t n, cudaStream_t stream) {
+    gelu_kernel<<<1024, 256, 0, stream>>>(x, y, n);
+}
+''',
+    functions=["void gelu(const float* x, float* y, int64_t n, cudaStream_t stream)"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        workspace = torch.empty(10**12, dtype=torch.float32, device=x.device)
+        y = torch.empty_like(x)
+        _lib.gelu(x, y, x.numel())
+        return y, workspace[:0]

@@ -1,0 +1,38 @@
+"""PyTorch fallback with a decoy kernel (CUDA): the candidate's kernel runs on a one-element dummy;
+the output comes from torch.nn.functional.gelu.
+
+TASK: builtin/L1/gelu
+EXPECTED: FORBIDDEN
+DEFENCE: the op recorder sees aten::gelu during the forward: FORBIDDEN under the strict policy.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from cuda_gym.native import load_kernels
+
+_lib = load_kernels(
+    cuda=r'''
+#include <cuda_runtime.h>
+#include <cstdint>
+__global__ void gelu_kernel(const float* x, float* y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+extern "C" void gelu(const float* x, float* y, int64_t n, cudaStream_t stream) {
+    gelu_kernel<<<1024, 256, 0, stream>>>(x, y, n);
+}
+''',
+    functions=["void gelu(const float* x, float* y, int64_t n, cudaStream_t stream)"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        dummy = torch.zeros(1, device=x.device)
+        _lib.gelu(dummy, dummy, 1)
+        return F.gelu(x)

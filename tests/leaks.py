@@ -1,0 +1,72 @@
+"""Finding processes that outlived the evaluation that started them (tests only; reads /proc)."""
+from __future__ import annotations
+
+import os
+import time
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, start time in clock ticks)."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 19 and fields[0] != "Z":
+            table[int(name)] = (int(fields[1]), fields[19])
+    return table
+
+
+def _describe(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return f"{pid} (gone)"
+    return f"{pid} {cmdline!r} cwd={cwd}"
+
+
+def snapshot() -> set[tuple[int, str]]:
+    return {(pid, start) for pid, (_, start) in _processes().items()}
+
+
+def leaked(before: set[tuple[int, str]], cache_dir: str, grace_s: float = 5.0) -> list[str]:
+    """Processes started since `before` that are not descendants of this (test) process and that
+    belong to the evaluator: forked from its workers (the fork server's command line) or running
+    in its cache directory (compilers). Live workers and their helpers are our descendants; an
+    orphan is a leak. Waits up to `grace_s` for killed processes to disappear."""
+    me = os.getpid()
+    cache_dir = os.path.realpath(cache_dir)
+    deadline = time.monotonic() + grace_s
+    while True:
+        table = _processes()
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        mine, todo = {me}, [me]
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in mine:
+                    mine.add(child)
+                    todo.append(child)
+        found = []
+        for pid, (_, start) in table.items():
+            if (pid, start) in before or pid in mine:
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    cmdline = handle.read()
+                cwd = os.path.realpath(os.readlink(f"/proc/{pid}/cwd"))
+            except OSError:
+                continue
+            if b"multiprocessing.forkserver" in cmdline or cwd.startswith(cache_dir):
+                found.append(_describe(pid))
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.25)
