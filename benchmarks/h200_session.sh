@@ -14,7 +14,7 @@ fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 export CUDA_GYM_TEST_CACHE=/tmp/cg-test-cache
-python3 -m cuda_gym.eval.fastbuild | tail -1  # torch's precompiled header, built once, trusted
+[ "${PCH:-0}" = 1 ] && python3 -m cuda_gym.eval.fastbuild | tail -1  # torch precompiled header (trusted)
 timeout "${GPU_TEST_S:-200}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 \
   | grep -v "^\s*$" | tee "$OUT/pytest_gpu.log" | tail -25
 timeout "${SPEED_S:-220}" python3 benchmarks/evaluation_speed.py --backend cuda --no-compile-baseline \
