@@ -63,9 +63,12 @@ FULL_COMPARE_MAX_ELEMENTS = 1 << 20  # larger outputs are compared on the device
 SAMPLE_SIZE = 8192
 
 
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def _as_tensor(value: Any) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
-        if type(value) not in (torch.Tensor, torch.nn.Parameter):  # a subclass can defer its work
+        if type(value) not in _PLAIN_TENSORS:  # a subclass can defer its work
             raise TypeError(f"forward returned a tensor subclass ({type(value).__name__}); outputs must be "
                             "plain torch.Tensor objects")
         return value.detach()
@@ -144,12 +147,12 @@ def _checksum(output: Any, probe: _Probe | None = None) -> list[float]:
     probes: list[float] = []
     for value in values if probe is not None else ():
         if isinstance(value, torch.Tensor):
-            probes += probe(value) if type(value) is torch.Tensor else [float("nan")] * 2
+            probes += probe(value) if type(value) in _PLAIN_TENSORS else [float("nan")] * 2
         else:
             probes += [float(value), abs(float(value))]
     sums = []
     for value in values:
-        if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
+        if isinstance(value, torch.Tensor) and type(value) not in _PLAIN_TENSORS:
             sums += [float("nan")] * 2
         elif isinstance(value, torch.Tensor):
             value = value.detach()
@@ -359,8 +362,18 @@ def _classify_load_error(exc: BaseException) -> str:
 
 
 def _is_oom(exc: BaseException) -> bool:
-    """Allocation failures: CUDA's, Python's, and the CPU allocator's (a RuntimeError)."""
-    return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(exc)
+    """Allocation failures: CUDA's, Python's, and the CPU allocator's (a RuntimeError). Seen on the
+    H200: when NVML is unavailable, torch's CUDA allocator fails inside its out-of-memory report
+    (an internal assert in CUDACachingAllocator.cpp) instead of raising OutOfMemoryError."""
+    text = str(exc)
+    return (isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or "can't allocate memory" in text
+            or ("CUDACachingAllocator" in text and "nvmlInit" in text))
+
+
+def _is_cuda_error(exc: BaseException) -> bool:
+    """A CUDA error (illegal address, trap, launch failure): sticky, so the process's CUDA state can
+    no longer be queried, and the tamper check must not read it as tampering."""
+    return "CUDA error" in str(exc) or type(exc).__name__ == "AcceleratorError"
 
 
 def _error(channel: _Channel, code: str, message: str, **meta: Any) -> None:
@@ -444,7 +457,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
             flags.append("weights_not_shared")  # different parameter names: same seed instead
         model = model.to(device).eval()
     except BaseException as exc:  # noqa: BLE001
-        changes = tamper.changes()
+        changes = [] if _is_cuda_error(exc) else tamper.changes()
         _error(channel, "FORBIDDEN" if changes else _classify_load_error(exc), f"{type(exc).__name__}: {exc}"
                + (f" (the candidate changed the evaluation process: {', '.join(changes)})" if changes else ""),
                traceback=traceback.format_exc(limit=8))
@@ -469,7 +482,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
                 still_recording = recorder.is_active()
             _sync(device)
         except BaseException as exc:  # noqa: BLE001
-            changes = tamper.changes()
+            changes = [] if _is_cuda_error(exc) else tamper.changes()
             code = "FORBIDDEN" if changes else "OUT_OF_MEMORY" if _is_oom(exc) else "RUNTIME_ERROR"
             _error(channel, code, f"forward raised {type(exc).__name__}: {exc}"
                    + (f" (the candidate changed the evaluation process: {', '.join(changes)})" if changes else ""),
@@ -518,9 +531,13 @@ def worker_main(conn: Any, setup: dict) -> None:
         os.chdir(setup["scratch_dir"])
         os.environ.update(setup["env"])
         failed = sandbox.apply_limits(max_file_mb=setup["max_file_mb"], address_space_gb=setup["address_space_gb"])
-        if setup["role"] in ("build", "eval"):
+        if setup["role"] == "build" or (setup["role"] == "eval" and setup["backend"] == "cpu"):
             failed += [] if sandbox.contain_children() else ["child_watchdog"]
             failed += sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
+        elif setup["role"] == "eval":
+            # On the H200 the CUDA driver failed to initialize under these (error 304); until that
+            # is understood, CUDA eval workers run without them and say so.
+            failed += ["child_watchdog (cuda)", "landlock (cuda)"]
         isolated = sandbox.isolate_network() if setup["isolate_network"] else False
         backend = setup["backend"]
         if setup["role"] == "probe":
