@@ -1,8 +1,16 @@
-"""Finding processes that outlived the evaluation that started them (tests only; reads /proc)."""
+"""Finding processes that outlived the evaluation that started them (tests only; reads /proc).
+
+Importing this module tags the test process's environment (before any evaluator starts its fork
+server), so every process descended from this test session carries the tag in /proc/PID/environ,
+whatever its session, process group or working directory; other users of the machine do not.
+"""
 from __future__ import annotations
 
 import os
 import time
+import uuid
+
+TAG = f"CUDA_GYM_TEST_SESSION={os.environ.setdefault('CUDA_GYM_TEST_SESSION', uuid.uuid4().hex)}".encode()
 
 
 def _processes() -> dict[int, tuple[int, str]]:
@@ -37,10 +45,10 @@ def snapshot() -> set[tuple[int, str]]:
 
 
 def leaked(before: set[tuple[int, str]], cache_dir: str, grace_s: float = 5.0) -> list[str]:
-    """Processes started since `before` that are not descendants of this (test) process and that
-    belong to the evaluator: forked from its workers (the fork server's command line) or running
-    in its cache directory (compilers). Live workers and their helpers are our descendants; an
-    orphan is a leak. Waits up to `grace_s` for killed processes to disappear."""
+    """Processes started since `before` that are not descendants of this (test) process but were
+    started by it (they carry the session tag) or run in `cache_dir`. Live workers and their
+    helpers are our descendants; an orphan is a leak. Waits up to `grace_s` for killed processes
+    to disappear."""
     me = os.getpid()
     cache_dir = os.path.realpath(cache_dir)
     deadline = time.monotonic() + grace_s
@@ -60,12 +68,12 @@ def leaked(before: set[tuple[int, str]], cache_dir: str, grace_s: float = 5.0) -
             if (pid, start) in before or pid in mine:
                 continue
             try:
-                with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                    cmdline = handle.read()
+                with open(f"/proc/{pid}/environ", "rb") as handle:
+                    environ = handle.read().split(b"\0")
                 cwd = os.path.realpath(os.readlink(f"/proc/{pid}/cwd"))
             except OSError:
                 continue
-            if b"multiprocessing.forkserver" in cmdline or cwd.startswith(cache_dir):
+            if TAG in environ or cwd.startswith(cache_dir):
                 found.append(_describe(pid))
         if not found or time.monotonic() > deadline:
             return found

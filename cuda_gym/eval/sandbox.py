@@ -42,6 +42,8 @@ _FS_WRITE_FILE = 1 << 1
 _FS_REMOVE_DIR = 1 << 4
 _FS_REMOVE_FILE = 1 << 5
 _FS_MAKE_ALL = sum(1 << bit for bit in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
+_FS_MAKE_CHAR = 1 << 6
+_FS_MAKE_DIR = 1 << 7
 _FS_REFER = 1 << 13  # ABI 2
 _FS_TRUNCATE = 1 << 14  # ABI 3
 _DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/urandom", "/dev/random")
@@ -254,6 +256,11 @@ def restrict_writes(paths: Sequence[str]) -> list[str]:
         targets += [(p, handled) for p in _DEVICE_DIRS]
         targets += [(p, file_rights) for p in _DEVICE_FILES]
         targets += [(p, file_rights) for p in glob.glob("/dev/nvidia*")]
+        # The NVIDIA driver creates some device nodes on first use (nvidia-uvm, nvidia-caps): nodes
+        # and directories may be created under /dev, but not written unless listed above.
+        targets.append(("/dev", handled & (_FS_MAKE_CHAR | _FS_MAKE_DIR)))
+        # Thread names (/proc/self/task/*/comm) and other per-process knobs of this process only.
+        targets.append((f"/proc/{os.getpid()}", file_rights))
         for path, rights in targets:
             if path in paths:
                 os.makedirs(path, exist_ok=True)
@@ -262,7 +269,7 @@ def restrict_writes(paths: Sequence[str]) -> list[str]:
             except OSError:
                 continue
             try:
-                rule = _PathBeneath(rights if os.path.isdir(path) else file_rights, fd)
+                rule = _PathBeneath(rights if os.path.isdir(path) else rights & file_rights, fd)
                 if libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH,
                                 ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
                     failed.append(f"landlock rule for {path} (errno {ctypes.get_errno()})")
