@@ -21,7 +21,7 @@ from .conftest import TEST_CONFIG
 from .helpers import CORRECT_BODY, GELU_TASK, native_candidate
 from .leaks import leaked, snapshot
 
-DEFAULT_N = 120
+DEFAULT_N = 150
 # Light timing (the soak checks robustness, not speed), a short timeout for the hanging kinds.
 SOAK_CONFIG = dataclasses.replace(TEST_CONFIG, correctness_trials=3, timing_reps=3, timing_min_reps=2,
                                   warmup_reps=1, timing_budget_s=0.05, eval_timeout_s=10.0,
