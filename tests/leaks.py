@@ -10,24 +10,14 @@ import os
 import time
 import uuid
 
+from cuda_gym.eval.sandbox import process_table
+
 TAG = f"CUDA_GYM_TEST_SESSION={os.environ.setdefault('CUDA_GYM_TEST_SESSION', uuid.uuid4().hex)}".encode()
 
 
 def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, start time in clock ticks)."""
-    table = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                stat = handle.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 19 and fields[0] != "Z":
-            table[int(name)] = (int(fields[1]), fields[19])
-    return table
+    """pid -> (parent pid, start time in clock ticks), zombies left out."""
+    return process_table(zombies=False)
 
 
 def _describe(pid: int) -> str:

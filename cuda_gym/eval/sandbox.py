@@ -109,8 +109,8 @@ _PR_SET_CHILD_SUBREAPER = 36
 _WATCH_INTERVAL_S = 0.25
 
 
-def _process_table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, start time) of every process, from /proc."""
+def process_table(*, zombies: bool = True) -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, start time in clock ticks) of every process, from /proc."""
     table = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -121,7 +121,7 @@ def _process_table() -> dict[int, tuple[int, str]]:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 19:
+        if len(fields) > 19 and (zombies or fields[0] != "Z"):
             table[int(name)] = (int(fields[1]), fields[19])
     return table
 
@@ -145,12 +145,12 @@ def _watch(worker: int) -> None:
     me = os.getpid()
     seen: dict[int, str] = {}
     while os.getppid() == worker:
-        table = _process_table()
+        table = process_table()
         for pid in _descendants(table, [worker]) - {me}:
             seen[pid] = table[pid][1]
         time.sleep(_WATCH_INTERVAL_S)
     for _ in range(5):
-        table = _process_table()
+        table = process_table()
         alive = {pid for pid, start in seen.items() if table.get(pid, (0, None))[1] == start}
         alive |= _descendants(table, alive)
         alive.discard(me)
