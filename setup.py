@@ -2,7 +2,7 @@
 from setuptools import find_packages, setup
 
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout>=2"],
+    "test": ["pytest>=7", "pytest-timeout>=2", "pyarrow>=12"],
     "data": ["pyarrow>=12"],
     "agents": ["transformers>=4.40"],
     "rl": ["stable-baselines3>=2.3"],
