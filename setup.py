@@ -6,7 +6,7 @@ EXTRAS = {
     "data": ["pyarrow>=12"],
     "agents": ["transformers>=4.40"],
     "rl": ["stable-baselines3>=2.3"],
-    "cuda": ["cupy-cuda12x>=13"],
+    "cuda": ["cupy-cuda13x>=13"],  # CUDA 13, as on our H200 machines; pick the cupy wheel for your CUDA
 }
 EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
 
