@@ -6,7 +6,6 @@ length): `to_observation` replaces other characters and trims.
 from __future__ import annotations
 
 import math
-import re
 import string
 from typing import Any
 

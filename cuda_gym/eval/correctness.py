@@ -9,12 +9,15 @@ shifted only, never cast. A draw whose reference output is not finite falls back
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from .config import EvalConfig
 from .result import TrialResult
+
+if TYPE_CHECKING:
+    import torch
 
 DISTRIBUTIONS = ("task", "shuffled", "negated", "scaled_x3", "centered")
 

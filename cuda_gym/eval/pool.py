@@ -268,10 +268,6 @@ class WorkerPool:
         for worker in spares:
             worker.kill()
 
-    def live_spares(self) -> int:
-        with self._lock:
-            return sum(1 for w in self._spares.values() if w.process.exitcode is None)
-
 
 def run_job(worker: Worker, job: dict[str, Any], timeout_s: float,
             on_message: Callable[[Message], bool]) -> None:

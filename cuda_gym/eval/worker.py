@@ -32,7 +32,6 @@ import torch._dynamo  # noqa: F401
 import torch.profiler  # noqa: F401
 import torch.utils.cpp_extension  # noqa: F401
 
-from .. import native
 from ..tasks.task import load_task_namespace
 from . import fastbuild, guard, protocol, sandbox
 from .config import EvalConfig
