@@ -7,9 +7,11 @@ Forms, for the backend's built-in gelu task:
                    no torch/extension.h in the CUDA source, precompiled header for the C++ part),
                    as the evaluator's build workers run it; the precompiled header is built by an
                    untimed warm-up build first (once per machine, torch version and flags)
+  load_inline_fast_host_O1 (experiment) load_inline_fast with the CUDA file's host code at -O1
 
 Each build runs in a fresh process with its own empty build directory, `--repeats` times; the
-medians go to benchmarks/results/compile_latency_<backend>_<date>.json.
+medians and the seconds of each ninja step (from .ninja_log) go to
+benchmarks/results/compile_latency_<backend>_<date>.json.
 
     python benchmarks/compile_latency.py --backend cuda --repeats 3
 """
@@ -92,7 +94,18 @@ cpp_extension.load_inline(name="bench_gelu", cpp_sources=src, functions=["gelu_f
 }
 
 
-def build_once(code: str, backend: str) -> float:
+def ninja_steps(build_root: str) -> dict[str, float]:
+    """Seconds per build step (object files, link) from the ninja logs under `build_root`."""
+    steps = {}
+    for log in Path(build_root).rglob(".ninja_log"):
+        for line in log.read_text().splitlines():
+            fields = line.split("\t")
+            if len(fields) >= 4 and not line.startswith("#"):
+                steps[fields[3]] = (int(fields[1]) - int(fields[0])) / 1000
+    return steps
+
+
+def build_once(code: str, backend: str) -> tuple[float, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="cg-compile-bench-") as tmp:
         env = dict(os.environ, TORCH_EXTENSIONS_DIR=tmp, CUDA_GYM_KERNEL_CACHE=tmp)
         if backend == "cuda":
@@ -101,7 +114,7 @@ def build_once(code: str, backend: str) -> float:
         proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr[-3000:])
-        return float(proc.stdout.strip().split("SECONDS")[-1])
+        return float(proc.stdout.strip().split("SECONDS")[-1]), ninja_steps(tmp)
 
 
 def main() -> None:
@@ -118,6 +131,9 @@ def main() -> None:
         "native": NATIVE[args.backend],
         "load_inline": LOAD_INLINE[args.backend].replace("PREPARE", ""),
         "load_inline_fast": LOAD_INLINE[args.backend].replace("PREPARE", fast),
+        # Experiment: the same with the CUDA file's host code at -O1 (kernels are unaffected).
+        "load_inline_fast_host_O1": LOAD_INLINE[args.backend].replace("PREPARE", fast).replace(
+            'extra_cuda_cflags=["-O3"]', 'extra_cuda_cflags=["-O3", "-Xcompiler", "-O1"]'),
     }
     results = {}
     for form in args.forms.split(","):
@@ -127,11 +143,13 @@ def main() -> None:
             started = time.perf_counter()
             subprocess.run([sys.executable, "-m", "cuda_gym.eval.fastbuild"], check=True, capture_output=True)
             results["precompiled_header_warmup_s"] = time.perf_counter() - started
-        seconds = []
+        seconds, steps = [], []
         for _ in range(args.repeats):
-            seconds.append(build_once(forms[form], args.backend))
-            print(f"{form:<16} {seconds[-1]:8.2f} s", flush=True)
-        results[form] = {"median_s": statistics.median(seconds), "all_s": seconds}
+            total, breakdown = build_once(forms[form], args.backend)
+            seconds.append(total)
+            steps.append(breakdown)
+            print(f"{form:<16} {total:8.2f} s  steps {breakdown}", flush=True)
+        results[form] = {"median_s": statistics.median(seconds), "all_s": seconds, "ninja_steps_s": steps}
     device = torch.cuda.get_device_name() if args.backend == "cuda" and torch.cuda.is_available() else "cpu"
     payload = {
         "benchmark": "compile_latency",

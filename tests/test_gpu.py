@@ -37,5 +37,11 @@ def test_kernelbench_load_inline_candidate_is_accepted_on_cuda(cuda_evaluator):
     assert result.error_code is ErrorCode.OK, (result.message, result.compile_log[-2000:])
     assert result.compiled and result.correct
     assert any("gelu_kernel" in k for k in result.kernels)
+    # Evaluating it again must load the cached build, not rebuild it in the GPU worker.
+    built = {p: p.stat().st_mtime_ns for p in (cuda_evaluator.cache_dir / "inline").rglob("*.so")}
+    again = cuda_evaluator.evaluate(get_task("builtin/L1/gelu"), KERNELBENCH_CANDIDATE.read_text())
+    assert again.ok and again.build_cached
+    assert {p: p.stat().st_mtime_ns for p in built} == built, "the eval worker rebuilt the extension"
+    print(f"load_inline again: stages {again.stage_seconds}")
     print(f"load_inline candidate: compile {result.compile_seconds:.1f} s, eval {result.eval_seconds:.2f} s, "
           f"{result.candidate_time.median_ms:.4f} ms, x{result.speedup_vs_eager:.2f} vs eager")

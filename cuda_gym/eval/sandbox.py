@@ -172,7 +172,10 @@ def contain_children() -> bool:
     descendants stay in its subtree) and forks a watchdog in a session of its own, which remembers
     the worker's descendants and, when the worker is gone, SIGKILLs those still alive. Processes
     started and orphaned within the last ~0.25 s, or a candidate that kills the watchdog first
-    (same user), are not covered. Returns False where the subreaper cannot be set."""
+    (same user), are not covered. Returns False where the subreaper cannot be set, or where
+    CUDA_GYM_SANDBOX_WATCHDOG=0 turns it off."""
+    if os.environ.get("CUDA_GYM_SANDBOX_WATCHDOG", "1") == "0":
+        return False
     try:
         if _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             return False

@@ -530,13 +530,14 @@ def worker_main(conn: Any, setup: dict) -> None:
         os.chdir(setup["scratch_dir"])
         os.environ.update(setup["env"])
         failed = sandbox.apply_limits(max_file_mb=setup["max_file_mb"], address_space_gb=setup["address_space_gb"])
-        if setup["role"] == "build" or (setup["role"] == "eval" and setup["backend"] == "cpu"):
+        confined = setup["role"] in ("build", "eval")
+        if confined:
             failed += [] if sandbox.contain_children() else ["child_watchdog"]
+        # The CUDA driver must be initialized before Landlock applies: under it, the driver's
+        # first-use setup fails (error 304 on the H200; benchmarks/cuda_sandbox_probe.py).
+        cuda_first = setup["role"] == "eval" and setup["backend"] == "cuda"
+        if confined and not cuda_first:
             failed += sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
-        elif setup["role"] == "eval":
-            # On the H200 the CUDA driver failed to initialize under these (error 304); until that
-            # is understood, CUDA eval workers run without them and say so.
-            failed += ["child_watchdog (cuda)", "landlock (cuda)"]
         isolated = sandbox.isolate_network() if setup["isolate_network"] else False
         backend = setup["backend"]
         if setup["role"] == "probe":
@@ -548,6 +549,8 @@ def worker_main(conn: Any, setup: dict) -> None:
             channel.send("probe", info)
             return
         device_name = "" if setup["role"] == "build" else _init_device(backend, setup.get("cpu_threads"))
+        if cuda_first:
+            failed += sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
         channel.send("ready", {"device": device_name, "limits_not_applied": failed, "network_isolated": isolated})
         job = json.loads(conn.recv_bytes())
         channel.authenticate(job.pop("channel_key", None))

@@ -1,4 +1,6 @@
-"""A kernel that never finishes (a volatile spin): the worker blocks in its synchronize.
+"""A kernel that never finishes (it spins on a flag in global memory): the worker blocks in its
+synchronize. (A spin on a volatile local is not enough: nvcc keeps it in a register and the kernel
+returned at once on the H200, leaving the output unwritten: INCORRECT.)
 
 TASK: builtin/L1/gelu
 EXPECTED: TIMEOUT
@@ -14,9 +16,9 @@ _lib = load_kernels(
     cuda=r'''
 #include <cuda_runtime.h>
 #include <cstdint>
+__device__ int keep_spinning = 1;
 __global__ void gelu_kernel(const float* x, float* y, int64_t n) {
-    volatile int spin = 1;
-    while (spin) {}
+    while (*(volatile int*)&keep_spinning) {}
 }
 extern "C" void gelu(const float* x, float* y, int64_t n, cudaStream_t stream) {
     gelu_kernel<<<132, 256, 0, stream>>>(x, y, n);
