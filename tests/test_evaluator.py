@@ -3,6 +3,8 @@ never spoil the next verdict."""
 from __future__ import annotations
 
 import json
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -118,6 +120,16 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return gelu.gelu_forward(x)
 '''
-    result = cpu_evaluator.evaluate(get_task(GELU_TASK), source)
+    name = f"gelu_kb_test_{uuid.uuid4().hex[:8]}"
+    result = cpu_evaluator.evaluate(get_task(GELU_TASK), source.replace("gelu_kb_test", name))
     assert result.ok, (result.message, result.compile_log[-1000:])
     assert result.forbidden_ops == []
+    # The eval worker loads the build worker's extension; it neither builds it again nor uses
+    # torch's default build directory (a first GPU run showed both).
+    from torch.utils.cpp_extension import get_default_build_root
+
+    assert not (Path(get_default_build_root()) / name).exists()
+    builds = list((cpu_evaluator.cache_dir / "inline").glob(f"*/{name}/.ninja_log"))
+    assert len(builds) == 1
+    outputs = [line.split("\t")[3] for line in builds[0].read_text().splitlines()[1:]]
+    assert len(outputs) == len(set(outputs)), f"a step was built twice: {outputs}"

@@ -311,6 +311,7 @@ class Evaluator:
             finally:
                 log = worker.log_tail(config.max_log_chars)
                 worker.kill()
+            result.limits_not_applied = [*(worker.ready or {}).get("limits_not_applied", []), *judge.limits_not_applied]
             result.eval_seconds = round(time.monotonic() - judge.started, 4)
         result.runtime_log = (result.runtime_log + log)[-config.max_log_chars:]
         judge.finish()
@@ -328,6 +329,7 @@ class _Judgement:
         self.reference: list[list[np.ndarray]] = []
         self.reference_specs: list[list[dict]] = []
         self.distributions: list[str] = []
+        self.limits_not_applied: list[str] = []
         self.timing_checksums: list[list[float]] = []
         self.decided = False
         self.timing: dict[str, Any] | None = None
@@ -372,6 +374,12 @@ class _Judgement:
         return self.verdict(ErrorCode.FORBIDDEN, f"the worker sent an unexpected message {message.kind!r}")
 
     def _on_reference(self, message: Message) -> bool:
+        self.limits_not_applied = list(message.meta.get("limits_not_applied", []))
+        # When each part of the reference stage ended (setup, describe, timing_variants).
+        ended = self.result.stage_seconds.get("reference", 0.0) - float(message.meta.get("seconds", 0.0))
+        for part, seconds in dict(message.meta.get("parts_s", {})).items():
+            ended += float(seconds)
+            self.result.stage_seconds[f"reference.{part}"[:32]] = round(ended, 4)
         self.reference_specs = message.meta.get("outputs", [])
         offset = 0
         for specs in self.reference_specs:

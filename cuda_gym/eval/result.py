@@ -89,6 +89,7 @@ class EvalResult:
     eval_seconds: float = 0.0  # the evaluation stage in its worker (not queueing, not baselines)
     stage_seconds: dict[str, float] = field(default_factory=dict)  # when each stage ended, from eval start
     build_cached: bool = False
+    limits_not_applied: list[str] = field(default_factory=list)  # sandbox measures the worker could not apply
 
     @property
     def ok(self) -> bool:

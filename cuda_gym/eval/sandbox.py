@@ -211,18 +211,22 @@ class _PathBeneath(ctypes.Structure):
 
 
 def writable_paths(scratch: str) -> list[str]:
-    """What a build or eval worker may write: its scratch directory, the kernel cache, the
-    extension build directories (TORCH_EXTENSIONS_DIR or torch's default), the CUDA JIT cache."""
+    """What a build or eval worker may write: its scratch directory, the kernel cache, the CUDA JIT
+    cache, and its candidate's extension build directory (TORCH_EXTENSIONS_DIR) or, in a spare
+    that has no job yet, the root of all candidates' build directories (CUDA_GYM_INLINE_CACHE)."""
     paths = [scratch]
-    for variable in ("CUDA_GYM_KERNEL_CACHE", "CUDA_GYM_INLINE_CACHE", "TORCH_EXTENSIONS_DIR"):
-        if os.environ.get(variable):
-            paths.append(os.environ[variable])
-    try:
-        from torch.utils.cpp_extension import get_default_build_root
+    if os.environ.get("CUDA_GYM_KERNEL_CACHE"):
+        paths.append(os.environ["CUDA_GYM_KERNEL_CACHE"])
+    builds = os.environ.get("TORCH_EXTENSIONS_DIR") or os.environ.get("CUDA_GYM_INLINE_CACHE")
+    if builds:
+        paths.append(builds)
+    else:
+        try:
+            from torch.utils.cpp_extension import get_default_build_root
 
-        paths.append(get_default_build_root())
-    except Exception:  # noqa: BLE001
-        pass
+            paths.append(get_default_build_root())
+        except Exception:  # noqa: BLE001
+            pass
     paths.append(os.path.join(os.path.expanduser("~"), ".nv", "ComputeCache"))
     return paths
 

@@ -179,6 +179,24 @@ def _set_precision(precision: str) -> None:
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
 
 
+def _warm_up_kernels(device: str) -> None:
+    """Load, while this worker is a spare, the kernels every job uses (input draws, rotations,
+    checksums, samples) and the cuBLAS/cuDNN handles most references use: with lazy module
+    loading each costs milliseconds on first use, which the job would otherwise pay."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(0)
+    x = torch.randn(64, 64, device=device)
+    y = torch.roll(x.reshape(-1), 7).reshape(x.shape)
+    y.copy_(x)
+    _checksum([x @ y, torch.rand(64, device=device, dtype=torch.float64)], _Probe(1))
+    positions = torch.randint(0, x.numel(), (16,), generator=generator, device=device)
+    _host_array(x.reshape(-1)[positions])
+    torch.isfinite(x).all()
+    torch.nn.functional.conv2d(x.view(1, 1, 64, 64), torch.ones(1, 1, 3, 3, device=device))
+    torch.empty(1024, device=device).zero_()
+    _sync(device)
+
+
 def _init_device(backend: str, cpu_threads: int | None) -> str:
     if backend == "cuda":
         torch.cuda.init()
@@ -188,6 +206,7 @@ def _init_device(backend: str, cpu_threads: int | None) -> str:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
             warm.add_(1.0)
             torch.cuda.synchronize()
+        _warm_up_kernels("cuda")
         return torch.cuda.get_device_name()
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
@@ -419,6 +438,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         _error(channel, "TASK_ERROR", f"the reference failed: {type(exc).__name__}: {exc}",
                traceback=traceback.format_exc(limit=8))
         return
+    parts = {"setup": _perf_counter() - started}
     arrays: list[np.ndarray] = []
     specs: list[list[dict]] = []
     for index, outputs in enumerate(setup.reference_outputs):
@@ -427,10 +447,14 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         specs.append(draw_specs)
     import secrets
 
+    parts["describe"] = _perf_counter() - started - sum(parts.values())
     probe = _Probe(secrets.randbits(62))
     variants, timing_checksums = _timing_variants(setup, device, config, probe)
-    channel.send("reference", {"distributions": [d.distribution for d in setup.draws], "outputs": specs,
-                               "timing_checksums": timing_checksums, "seconds": _perf_counter() - started}, arrays)
+    parts["timing_variants"] = _perf_counter() - started - sum(parts.values())
+    channel.send("reference", {"limits_not_applied": job.get("limits_not_applied", []),
+                               "distributions": [d.distribution for d in setup.draws], "outputs": specs,
+                               "timing_checksums": timing_checksums, "seconds": _perf_counter() - started,
+                               "parts_s": parts}, arrays)
     del arrays, specs, timing_checksums
 
     fastbuild.install()
@@ -554,6 +578,13 @@ def worker_main(conn: Any, setup: dict) -> None:
         channel.send("ready", {"device": device_name, "limits_not_applied": failed, "network_isolated": isolated})
         job = json.loads(conn.recv_bytes())
         channel.authenticate(job.pop("channel_key", None))
+        # The job's own environment (TORCH_EXTENSIONS_DIR: this candidate's build directory). A
+        # warm spare started before the job was known; a second Landlock layer narrows its writes
+        # from every candidate's build directory to this candidate's.
+        job_env = job.pop("env", None) or {}
+        os.environ.update(job_env)
+        if confined and setup["role"] == "eval" and job_env.get("TORCH_EXTENSIONS_DIR"):
+            job["limits_not_applied"] = sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
         _set_precision(job["config"]["precision"])
         if setup["role"] == "build":
             _run_build(channel, job)
