@@ -142,14 +142,16 @@ def section_fidelity(evaluator: Evaluator, backend: str, repeats: int, task_ids:
     rows = {}
     for task in [t for t in solved_tasks(backend, (1, 2, 3)) if t.id in task_ids]:
         source = solution_path(task, backend).read_text()
-        speedups, times = [], []
+        speedups, times, iqrs, reps = [], [], [], []
         for _ in tqdm(range(repeats), desc=f"fidelity {task.id}"):
             result = evaluator.evaluate(task, source)
             if result.ok:
                 speedups.append(result.speedup_vs_eager)
                 times.append(result.candidate_time.median_ms)
+                iqrs.append(result.candidate_time.iqr_ms)
+                reps.append(result.candidate_time.reps)
         if speedups:
-            rows[task.id] = {"candidate_ms": times, "speedup_vs_eager": speedups,
+            rows[task.id] = {"candidate_ms": times, "iqr_ms": iqrs, "reps": reps, "speedup_vs_eager": speedups,
                              "speedup_spread": max(speedups) / min(speedups) - 1,
                              "time_spread": max(times) / min(times) - 1}
     return rows

@@ -21,11 +21,11 @@ if [ "${PROBE:-1}" = 1 ]; then
   if [ "${PIPESTATUS[0]}" != 0 ]; then echo "PROBE FAILED: CUDA_GYM_SANDBOX_WRITES=0 for this session"; export CUDA_GYM_SANDBOX_WRITES=0; fi
 fi
 [ "${PCH:-0}" = 1 ] && python3 -m cuda_gym.eval.fastbuild | tail -1  # torch precompiled header (trusted)
-timeout "${GPU_TEST_S:-200}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 \
+[ "${GPU_TEST_S:-200}" -gt 0 ] && timeout "${GPU_TEST_S:-200}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 \
   | grep -v "^\s*$" | tee "$OUT/pytest_gpu.log" | tail -25
-timeout "${SPEED_S:-220}" python3 benchmarks/evaluation_speed.py --backend cuda --no-compile-baseline \
+[ "${SPEED_S:-220}" -gt 0 ] && timeout "${SPEED_S:-220}" python3 benchmarks/evaluation_speed.py --backend cuda --no-compile-baseline \
   --sections "${SECTIONS:-latency,throughput,fidelity,env}" --repeats "${REPEATS:-3}" \
-  --stream "${STREAM:-32}" --fidelity-repeats 10 --fidelity-tasks "${FIDELITY_TASKS:-builtin/L1/softmax,builtin/L2/linear_gelu}" \
+  --stream "${STREAM:-32}" --fidelity-repeats 10 --fidelity-tasks "${FIDELITY_TASKS:-builtin/L1/gelu,builtin/L1/softmax,builtin/L1/cumsum,builtin/L2/linear_gelu}" \
   --out "$OUT" 2>&1 | grep -v "it/s\]\|s/it\]" | tail -40
 [ "${COMPILE_S:-0}" -gt 0 ] && timeout "${COMPILE_S}" python3 benchmarks/compile_latency.py --backend cuda --repeats 1 \
-  --forms "${FORMS:-native,load_inline_fast}" --out "$OUT" 2>&1 | tail -6
+  --forms "${FORMS:-native,load_inline,load_inline_fast}" --out "$OUT" 2>&1 | tail -6
