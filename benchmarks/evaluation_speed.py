@@ -1,7 +1,8 @@
 """Evaluation speed and timing fidelity, measured side by side in one run on one machine.
 
 Sections (all on the built-in tasks that have a reference solution for the backend):
-  latency     per-candidate evaluate() wall time with a warm worker, cached build and baselines
+  latency     per-candidate evaluate() wall time with a warm worker (the spare has finished warming
+              up), cached build and baselines
   throughput  a mixed stream (new legitimate variants, wrong, crashing and non-compiling
               candidates) submitted at once: candidates per hour, verdict counts
   fidelity    one candidate evaluated 10 times, each in a fresh worker: spread of its speedup
@@ -88,6 +89,7 @@ def section_latency(evaluator: Evaluator, backend: str, repeats: int, levels: tu
         first = evaluator.evaluate(task, source)  # builds, measures and caches the baselines
         seconds = []
         for _ in range(repeats):
+            evaluator.wait_until_warm()  # latency with a warm worker; the throughput section runs back to back
             started = time.perf_counter()
             result = evaluator.evaluate(task, source)
             seconds.append(time.perf_counter() - started)
@@ -168,10 +170,12 @@ def section_env(evaluator: Evaluator, backend: str, repeats: int) -> dict:
     env = gym.make("CudaKernel-Builtin-v0", evaluator=evaluator, backend=backend)
     direct, stepped = [], []
     for _ in range(repeats):
+        evaluator.wait_until_warm()
         started = time.perf_counter()
         evaluator.evaluate(task, source)
         direct.append(time.perf_counter() - started)
         env.reset(options={"task_id": task.id})
+        evaluator.wait_until_warm()
         started = time.perf_counter()
         env.step(source)
         stepped.append(time.perf_counter() - started)
@@ -220,7 +224,7 @@ def main() -> None:
                                                  args.fidelity_tasks.split(",")),
             "env": lambda: section_env(evaluator, args.backend, args.repeats),
         }
-        for name in [n for n in runs if n in sections]:
+        for name in [n for n in sections if n in runs]:  # in the order asked for
             report[name] = runs[name]()
             # Written after every section, so a run stopped at a time limit keeps what it measured.
             out.write_text(json.dumps({**payload, "sections_done": list(report), **report}, indent=1))

@@ -89,6 +89,13 @@ class Evaluator:
         return {name: (TimingStats(**entry[name]) if entry.get(name) else None) for name in ("eager", "compile")} | {
             "errors": entry.get("errors", {})}
 
+    def wait_until_warm(self) -> None:
+        """Block until the spare workers have started (interpreter, CUDA context, warm-up kernels).
+        A spare warms up only while the device is idle, so back-to-back evaluations each wait for
+        it; a caller with idle time between evaluations (an RL policy generating the next
+        candidate) does not."""
+        self._pool.settle()
+
     def close(self) -> None:
         if self._closed:
             return
@@ -269,7 +276,9 @@ class Evaluator:
             entry: dict[str, Any] = {"errors": {}}
             outcome: dict[str, Any] = {}
             with self._device_slot:
-                worker = self._pool.acquire(self._spec("baseline", backend, config, self._base_env(backend)))
+                self._pool.settle()  # no spare warms up while the baselines are timed
+                worker = self._pool.acquire(self._spec("baseline", backend, config, self._base_env(backend)),
+                                            keep_spare=False)
                 try:
                     run_job(worker, self._job(task, backend, config, env=self._base_env(backend)),
                             config.baseline_timeout_s, lambda m: outcome.setdefault(m.kind, m.meta) is not None)
@@ -279,6 +288,7 @@ class Evaluator:
                     entry["errors"]["all"] = f"{exc}\n{worker.log_tail(2000)}"
                 finally:
                     worker.kill()
+                    self._pool.replenish()
             if "baseline" in outcome:
                 for name in config.baselines:
                     entry[name] = outcome["baseline"].get(name)
@@ -296,6 +306,7 @@ class Evaluator:
         key = secrets.token_bytes(32)  # authenticates the worker's messages (see sandbox.sign)
         judge = _Judgement(config, result, key)
         with self._device_slot:
+            self._pool.settle()  # no spare warms up while this candidate is on the device
             judge.started = time.monotonic()
             worker = self._pool.acquire(self._spec("eval", backend, config, self._base_env(backend)))
             try:
@@ -311,6 +322,7 @@ class Evaluator:
             finally:
                 log = worker.log_tail(config.max_log_chars)
                 worker.kill()
+                self._pool.replenish()  # the next spare warms up while the device is idle
             result.limits_not_applied = [*(worker.ready or {}).get("limits_not_applied", []), *judge.limits_not_applied]
             result.eval_seconds = round(time.monotonic() - judge.started, 4)
         result.runtime_log = (result.runtime_log + log)[-config.max_log_chars:]

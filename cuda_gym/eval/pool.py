@@ -1,9 +1,12 @@
 """Worker processes: started from a fork server with torch imported, killed with their group.
 
-`WorkerPool` keeps one warm spare per (backend, role) so that a job never waits for a process to
-start, import torch or create a CUDA context: a job takes the spare and a new spare starts behind
-it. Every worker runs exactly one job and exits, so nothing a candidate did to its process (patched
-functions, CUDA errors, leaked memory) can reach the next candidate.
+`WorkerPool` keeps one warm spare per (backend, role) so that a job need not wait for a process to
+start, import torch or create a CUDA context. A spare warms up only while the device is idle: the
+evaluator starts replacements (`replenish`) after a job on the device has finished, and waits for
+every warming spare (`settle`) before the next job uses the device, because a spare's CUDA
+context creation and warm-up kernels, time-sliced with a job's kernels, made timings of short
+kernels bimodal on the H200. Every worker runs exactly one job and exits, so nothing a candidate
+did to its process (patched functions, CUDA errors, leaked memory) can reach the next candidate.
 """
 from __future__ import annotations
 
@@ -242,6 +245,7 @@ class WorkerPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._spares: dict[tuple, Worker] = {}
+        self._wanted: dict[tuple, WorkerSpec] = {}
         self._closed = False
 
     @staticmethod
@@ -250,16 +254,36 @@ class WorkerPool:
                 spec.cpu_threads, str(spec.root), tuple(sorted(spec.env.items())))
 
     def acquire(self, spec: WorkerSpec, *, keep_spare: bool = True) -> Worker:
+        """The spare for `spec` (or a new worker). With `keep_spare`, `replenish()` starts the next."""
         key = self._key(spec)
         with self._lock:
             worker = self._spares.pop(key, None)
             if keep_spare and not self._closed:
-                self._spares[key] = Worker(spec)
+                self._wanted[key] = spec
         if worker is None or worker.process.exitcode is not None:
             if worker is not None:
                 worker.kill()
             worker = Worker(spec)
         return worker
+
+    def replenish(self) -> None:
+        """Start a spare for every spec that has been acquired with keep_spare and has none."""
+        with self._lock:
+            if self._closed:
+                return
+            for key, spec in self._wanted.items():
+                if key not in self._spares:
+                    self._spares[key] = Worker(spec)
+
+    def settle(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait until no spare is still warming up (a spare that fails is replaced when acquired)."""
+        with self._lock:
+            spares = list(self._spares.values())
+        for worker in spares:
+            try:
+                worker.wait_ready(timeout_s)
+            except (WorkerDied, WorkerTimeout):
+                pass
 
     def close(self) -> None:
         with self._lock:
