@@ -28,6 +28,7 @@ class EvalConfig:
     precision: str = "fp32"
     policy: str = "strict"
     baselines: tuple[str, ...] = ("eager", "compile")
+    baseline_workers: int = 3  # each baseline is timed in this many fresh workers; the fastest median is kept
     compile_timeout_s: float = 300.0
     eval_timeout_s: float = 120.0
     baseline_timeout_s: float = 600.0
@@ -45,6 +46,8 @@ class EvalConfig:
         unknown = set(self.baselines) - {"eager", "compile"}
         if unknown:
             raise ValueError(f"unknown baselines {sorted(unknown)}; use 'eager' and/or 'compile'")
+        if self.baseline_workers < 1:
+            raise ValueError("baseline_workers must be >= 1")
         if self.correctness_trials < 2:
             raise ValueError("correctness_trials must be >= 2 (one draw cannot detect caching)")
 

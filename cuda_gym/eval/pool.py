@@ -2,11 +2,11 @@
 
 `WorkerPool` keeps one warm spare per (backend, role) so that a job need not wait for a process to
 start, import torch or create a CUDA context. A spare warms up only while the device is idle: the
-evaluator starts replacements (`replenish`) after a job on the device has finished, and waits for
-every warming spare (`settle`) before the next job uses the device, because a spare's CUDA
-context creation and warm-up kernels, time-sliced with a job's kernels, made timings of short
-kernels bimodal on the H200. Every worker runs exactly one job and exits, so nothing a candidate
-did to its process (patched functions, CUDA errors, leaked memory) can reach the next candidate.
+evaluator starts replacements (`replenish`) after a job on the device has finished, and `settle`
+waits for every warming spare before the next job uses the device, so no spare's context creation
+or warm-up kernels share the device with timed kernels. Every worker runs exactly one job and
+exits, so nothing a candidate did to its process (patched functions, CUDA errors, leaked memory)
+can reach the next candidate.
 """
 from __future__ import annotations
 
@@ -267,7 +267,7 @@ class WorkerPool:
         return worker
 
     def replenish(self) -> None:
-        """Start a spare for every spec that has been acquired with keep_spare and has none."""
+        """Start a spare for every spec acquired with keep_spare that has none."""
         with self._lock:
             if self._closed:
                 return

@@ -76,7 +76,8 @@ class EvalResult:
     max_rel_error: float | None = None
     rel_norm_error: float | None = None
     candidate_time: TimingStats | None = None
-    eager_time: TimingStats | None = None
+    eager_time: TimingStats | None = None  # cached baseline: the fastest of config.baseline_workers workers
+    eager_time_in_worker: TimingStats | None = None  # eager timed in the candidate's worker, before it loaded
     compile_time: TimingStats | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
@@ -113,7 +114,7 @@ class EvalResult:
             )
         data["error_code"] = ErrorCode(data["error_code"])
         data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
-        for key in ("candidate_time", "eager_time", "compile_time"):
+        for key in ("candidate_time", "eager_time", "eager_time_in_worker", "compile_time"):
             if data.get(key) is not None:
                 data[key] = TimingStats(**data[key])
         return cls(**data)

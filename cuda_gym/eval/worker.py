@@ -254,35 +254,36 @@ def _variant(inputs: list[Any], shifts: list[int]) -> list[Any]:
             for v, s in zip(inputs, shifts)]
 
 
-def _timing_variants(setup: _TaskSetup, device: str, config: dict, probe: _Probe) -> tuple[list, list]:
-    """One fresh input per timed call (warm-ups included): input set k mod sets, each tensor
-    rotated by a secret random shift, with the reference's checksum of its output. Content seen by
-    one call is never seen by another, so nothing can be cached across calls, and nothing can be
-    precomputed (the shifts are drawn here). Stops early once the reference has run for the
-    timing budget; the timer then makes fewer calls."""
+def _time_reference(setup: _TaskSetup, device: str, config: dict, probe: _Probe) -> tuple[list, list, Any]:
+    """Time the reference (eager PyTorch) here, before any candidate code exists in this process,
+    exactly as the candidate will be timed: the same live input buffers and timer, one fresh input
+    per call (input set k mod sets, each tensor rotated by a secret random shift, so nothing can be
+    cached across calls or precomputed). Returns the variants for the candidate's timer (as many
+    timed calls as the reference made within the timing budget, then the warm-up inputs), the
+    reference's checksum per timed call and its TimingStats. The candidate's speedup
+    is measured against this time: both run in one process, seconds apart, so what a fresh process
+    changes (memory placement, clocks) applies to both."""
     import math
     import random
 
     chooser = random.SystemRandom()
-    needed = config["warmup_reps"] + config["timing_reps"]
-    enough = config["warmup_reps"] + config["timing_min_reps"]
-    variants, checksums = [], []
-    started = _perf_counter()
+    warmup = config["warmup_reps"]
+    variants = []
+    for index in range(warmup + config["timing_reps"]):
+        which = index % len(setup.timing_sets)
+        base = setup.timing_sets[which].inputs
+        variants.append((which, [chooser.randrange(1, v.numel()) if isinstance(v, torch.Tensor) and v.numel() > 1
+                                 else 0 for v in base]))
+    stats, _, rows = _time_model(setup.model, setup, device, config, variants, probe)
+    checksums = [row[1:] for row in rows]  # the reference is never audited: row r is timed call r
     with torch.no_grad():
-        for index in range(needed):
-            which = index % len(setup.timing_sets)
-            base = setup.timing_sets[which].inputs
-            shifts = [chooser.randrange(1, v.numel()) if isinstance(v, torch.Tensor) and v.numel() > 1 else 0
-                      for v in base]
-            sums = _checksum(setup.model(*_variant(base, shifts)), probe)
+        for rep, sums in enumerate(checksums):
             if not all(math.isfinite(s) for s in sums):  # this rotation breaks the task: use the set as is
-                shifts = [0] * len(base)
-                sums = _checksum(setup.model(*_variant(base, shifts)), probe)
-            variants.append((which, shifts))
-            checksums.append(sums)
-            if index + 1 >= enough and _perf_counter() - started > config["timing_budget_s"]:
-                break
-    return variants, checksums
+                which, shifts = variants[rep]
+                variants[rep] = (which, [0] * len(shifts))
+                checksums[rep] = _checksum(setup.model(*_variant(setup.timing_sets[which].inputs, variants[rep][1])),
+                                           probe)
+    return variants[: len(checksums)] + variants[len(variants) - warmup:], checksums, stats
 
 
 class _Audit:
@@ -320,7 +321,7 @@ def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, varian
                   min_reps=config["timing_min_reps"], budget_s=config["timing_budget_s"],
                   l2_flush=config["l2_flush"])
     live = [_clone(v) for v in setup.timing_sets[0].inputs]
-    if variants is not None:  # the candidate: a fresh variant per call, some calls audited
+    if variants is not None:  # a fresh variant per call; the candidate's calls partly audited
         def load_variant(which: int) -> None:
             base, shifts = variants[which]
             for dst, src in zip(live, _variant(setup.timing_sets[base].inputs, shifts)):
@@ -449,11 +450,12 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
 
     parts["describe"] = _perf_counter() - started - sum(parts.values())
     probe = _Probe(secrets.randbits(62))
-    variants, timing_checksums = _timing_variants(setup, device, config, probe)
-    parts["timing_variants"] = _perf_counter() - started - sum(parts.values())
+    variants, timing_checksums, eager = _time_reference(setup, device, config, probe)
+    parts["eager_timing"] = _perf_counter() - started - sum(parts.values())
     channel.send("reference", {"limits_not_applied": job.get("limits_not_applied", []),
                                "distributions": [d.distribution for d in setup.draws], "outputs": specs,
-                               "timing_checksums": timing_checksums, "seconds": _perf_counter() - started,
+                               "timing_checksums": timing_checksums, "eager": _stats_meta(eager),
+                               "seconds": _perf_counter() - started,
                                "parts_s": parts}, arrays)
     del arrays, specs, timing_checksums
 
