@@ -321,5 +321,8 @@ def load_kernels(
             raise OSError(f"the kernel library built but could not be loaded: {detail}") from None
         raise exc
     library = KernelLibrary(str(library_path), prototypes, device_type)
-    (build_dir / _BUILT_MARKER).write_text(digest)
+    try:
+        (build_dir / _BUILT_MARKER).write_text(digest)
+    except OSError:
+        pass  # only a shortcut for the next load
     return library

@@ -277,7 +277,7 @@ def _timing_lines(result: EvalResult, command: str) -> list[str]:
         eager = eager_here or result.eager_time
         eager_ms = eager.median_ms if eager else None
         compile_ms = result.compile_time.median_ms if result.compile_time else None
-        if compile_ms is not None and eager_here and result.eager_time:
+        if compile_ms is not None and eager_here and result.eager_time and result.eager_time.median_ms > 0:
             compile_ms *= eager_here.median_ms / result.eager_time.median_ms
         for name, ms, speedup in (("PyTorch eager", eager_ms, result.speedup_vs_eager),
                                   ("torch.compile", compile_ms, result.speedup_vs_compile)):

@@ -95,7 +95,8 @@ class Evaluator:
         evaluations each wait for it; a caller with idle time between evaluations (an RL policy
         generating the next candidate) does not. What "a warm worker" means in
         benchmarks/evaluation_speed.py's latency section."""
-        self._pool.settle()
+        with self._device_slot:  # never beside a job that is taking a spare
+            self._pool.settle()
 
     def close(self) -> None:
         if self._closed:
@@ -147,8 +148,10 @@ class Evaluator:
         )
 
     def _base_env(self, backend: str) -> dict[str, str]:
+        # TORCH_EXTENSIONS_DIR: the root of all candidates' build directories (never an inherited
+        # value); a job narrows it to its own candidate's.
         env = {"CUDA_GYM_KERNEL_CACHE": str(self.cache_dir / "kernels"),
-               "CUDA_GYM_INLINE_CACHE": str(self.cache_dir / "inline"), "PYTHONDONTWRITEBYTECODE": "1"}
+               "TORCH_EXTENSIONS_DIR": str(self.cache_dir / "inline"), "PYTHONDONTWRITEBYTECODE": "1"}
         capability = self.platform.get("capability")
         if backend == "cuda" and capability:
             env["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
@@ -202,6 +205,9 @@ class Evaluator:
         ratio over to that worker: (compile / eager, both cached) x (eager in worker / candidate)."""
         candidate_ms = result.candidate_time.median_ms
         eager_here = result.eager_time_in_worker
+        if candidate_ms <= 0 or (eager_here and eager_here.median_ms <= 0) or (
+                result.eager_time and result.eager_time.median_ms <= 0):
+            return  # no meaningful ratio from a zero time
         if "eager" in config.baselines:
             eager = eager_here or result.eager_time
             result.speedup_vs_eager = eager.median_ms / candidate_ms if eager else None
@@ -303,19 +309,23 @@ class Evaluator:
                     self._pool.replenish()
             if "baseline" in outcome:
                 return outcome["baseline"], ""
-            return {}, str(outcome.get("error", {}).get("message", "the baseline worker sent no result"))
+            return {}, str(outcome.get("error", {}).get("message") or "the baseline worker sent no result")
 
         def compute() -> dict[str, Any]:
             # Each baseline is timed in `baseline_workers` fresh workers and the fastest median is
             # kept: one worker's median can land ~25% slow (seen on the H200 for short kernels),
-            # and a slow baseline would inflate every later speedup on the task.
+            # and a slow baseline would inflate every later speedup on the task. A failed worker
+            # counts only when no worker measured the baseline.
             entry: dict[str, Any] = {"errors": {}}
+            if not config.baselines:
+                return entry
             samples: dict[str, list[dict[str, Any]]] = {name: [] for name in config.baselines}
+            errors = []
             for _ in range(config.baseline_workers):
                 measured, error = measure_once()
                 if error:
-                    entry["errors"]["all"] = error
-                    break
+                    errors.append(error)
+                    continue
                 for name in config.baselines:
                     if measured.get(name):
                         samples[name].append(measured[name])
@@ -324,6 +334,8 @@ class Evaluator:
             for name in config.baselines:
                 entry[name] = min(samples[name], key=lambda stats: stats["median_ms"]) if samples[name] else None
                 entry[f"{name}_worker_medians_ms"] = [stats["median_ms"] for stats in samples[name]]
+                if not samples[name]:
+                    entry["errors"][name] = errors[-1] if errors else "the baseline worker reported no time"
             return entry
 
         return self._baselines.get(key, compute, tuple(config.baselines))
@@ -414,6 +426,9 @@ class _Judgement:
         return self.verdict(ErrorCode.FORBIDDEN, f"the worker sent an unexpected message {message.kind!r}")
 
     def _on_reference(self, message: Message) -> bool:
+        if self.stage != "setup":
+            return self.verdict(ErrorCode.FORBIDDEN, "the worker sent a second reference message: "
+                                "candidate code wrote to the worker's channel")
         self.limits_not_applied = list(message.meta.get("limits_not_applied", []))
         # When each part of the reference stage ended (setup, describe, timing_variants).
         ended = self.result.stage_seconds.get("reference", 0.0) - float(message.meta.get("seconds", 0.0))

@@ -26,6 +26,7 @@ from .protocol import Message, ProtocolError, decode
 
 MAX_MESSAGE_BYTES = 4 * 2**30
 READY_TIMEOUT_S = 300.0
+SETTLE_TIMEOUT_S = 60.0  # a spare not ready by then is replaced
 
 _context_lock = threading.Lock()
 _context: Any = None
@@ -275,15 +276,20 @@ class WorkerPool:
                 if key not in self._spares:
                     self._spares[key] = Worker(spec)
 
-    def settle(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Wait until no spare is still warming up (a spare that fails is replaced when acquired)."""
+    def settle(self, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
+        """Wait until no spare is still warming up. A spare that dies or is not ready in time is
+        dropped (and killed); the next acquire starts a fresh worker. Call it with the device slot
+        held, so no job takes a spare meanwhile."""
         with self._lock:
-            spares = list(self._spares.values())
-        for worker in spares:
+            spares = list(self._spares.items())
+        for key, worker in spares:
             try:
                 worker.wait_ready(timeout_s)
             except (WorkerDied, WorkerTimeout):
-                pass
+                with self._lock:
+                    if self._spares.get(key) is worker:
+                        del self._spares[key]
+                worker.kill()
 
     def close(self) -> None:
         with self._lock:

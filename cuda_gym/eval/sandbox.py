@@ -212,14 +212,13 @@ class _PathBeneath(ctypes.Structure):
 
 def writable_paths(scratch: str) -> list[str]:
     """What a build or eval worker may write: its scratch directory, the kernel cache, the CUDA JIT
-    cache, and its candidate's extension build directory (TORCH_EXTENSIONS_DIR) or, in a spare
-    that has no job yet, the root of all candidates' build directories (CUDA_GYM_INLINE_CACHE)."""
+    cache, and TORCH_EXTENSIONS_DIR: its candidate's build directory or, in a spare that has no
+    job yet, the root of all candidates' build directories (torch's default root if unset)."""
     paths = [scratch]
     if os.environ.get("CUDA_GYM_KERNEL_CACHE"):
         paths.append(os.environ["CUDA_GYM_KERNEL_CACHE"])
-    builds = os.environ.get("TORCH_EXTENSIONS_DIR") or os.environ.get("CUDA_GYM_INLINE_CACHE")
-    if builds:
-        paths.append(builds)
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        paths.append(os.environ["TORCH_EXTENSIONS_DIR"])
     else:
         try:
             from torch.utils.cpp_extension import get_default_build_root
@@ -269,8 +268,12 @@ def restrict_writes(paths: Sequence[str]) -> list[str]:
         # Thread names (/proc/self/task/*/comm) and other per-process knobs of this process only.
         targets.append((f"/proc/{os.getpid()}", file_rights))
         for path, rights in targets:
-            if path in paths:
-                os.makedirs(path, exist_ok=True)
+            try:
+                if path in paths:
+                    os.makedirs(path, exist_ok=True)
+            except OSError as exc:
+                failed.append(f"landlock: cannot create {path} ({exc.strerror})")
+                continue
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
