@@ -99,8 +99,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for r in results:
         print(f"{r.task_id:<36} {r.error_code.value:<14} "
               f"{_fmt(r.candidate_time and r.candidate_time.median_ms, '9.4g')} "
-              f"{_fmt(r.eager_time and r.eager_time.median_ms, '9.4g')} "
-              f"{_fmt(r.compile_time and r.compile_time.median_ms, '10.4g')} "
+              f"{_fmt(r.baseline_ms()['eager'], '9.4g')} "
+              f"{_fmt(r.baseline_ms()['compile'], '10.4g')} "
               f"{_fmt(r.speedup_vs_eager, '8.2f')} {_fmt(r.speedup_vs_compile, '10.2f')}")
     by_level = defaultdict(list)
     for r in results:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_gym.eval import ErrorCode, EvalResult, Evaluator, milestone_reward
+from cuda_gym.eval import ErrorCode, EvalConfig, EvalResult, Evaluator, TimingStats, milestone_reward
 from cuda_gym.tasks import get_task, load_suite, solution_path
 
 from .conftest import TEST_CONFIG
@@ -157,3 +157,20 @@ def test_speedup_is_measured_against_eager_in_the_candidates_worker(cpu_evaluato
     assert result.eager_time_in_worker.reps >= result.candidate_time.reps
     assert result.speedup_vs_eager == pytest.approx(
         result.eager_time_in_worker.median_ms / result.candidate_time.median_ms)
+
+
+def test_compile_speedup_carries_the_cached_ratio_into_the_candidates_worker():
+    def stats(ms):
+        return TimingStats(median_ms=ms, min_ms=ms, max_ms=ms, iqr_ms=0.0, reps=10, method="cuda_event")
+
+    result = EvalResult(task_id="t", backend="cuda", error_code=ErrorCode.OK, correct=True,
+                        candidate_time=stats(1.0), eager_time=stats(2.0), eager_time_in_worker=stats(2.5),
+                        compile_time=stats(1.5))
+    Evaluator._set_speedups(result, EvalConfig())
+    assert result.baseline_ms() == {"eager": 2.5, "compile": pytest.approx(1.875)}
+    assert result.speedup_vs_eager == pytest.approx(2.5)
+    assert result.speedup_vs_compile == pytest.approx(1.875)  # 1.5 ms compiled x (2.5 / 2.0) this worker
+    checked = EvalResult(task_id="t", backend="cuda", error_code=ErrorCode.OK, candidate_time=stats(1.0),
+                         eager_time_in_worker=stats(2.5))
+    Evaluator._set_speedups(checked, EvalConfig(baselines=()))
+    assert checked.speedup_vs_eager is None and checked.speedup_vs_compile is None  # `#! check`: no speedups

@@ -271,16 +271,11 @@ def _timing_lines(result: EvalResult, command: str) -> list[str]:
             lines.append(f"Time: {_fmt_ms(cand.median_ms)} median over {cand.reps} calls "
                          f"(min {_fmt_ms(cand.min_ms)}, IQR {_fmt_ms(cand.iqr_ms)}, {cand.method})")
     if command in ("eval", "submit"):
-        # Speedups are measured in the candidate's worker (eager was timed there too); show the
-        # baseline times on that footing, so time / time matches the speedup.
-        eager_here = result.eager_time_in_worker
-        eager = eager_here or result.eager_time
-        eager_ms = eager.median_ms if eager else None
-        compile_ms = result.compile_time.median_ms if result.compile_time else None
-        if compile_ms is not None and eager_here and result.eager_time and result.eager_time.median_ms > 0:
-            compile_ms *= eager_here.median_ms / result.eager_time.median_ms
-        for name, ms, speedup in (("PyTorch eager", eager_ms, result.speedup_vs_eager),
-                                  ("torch.compile", compile_ms, result.speedup_vs_compile)):
+        # Speedups are measured in the candidate's worker: show the baselines on that footing,
+        # so time / time matches the speedup.
+        baseline = result.baseline_ms()
+        for name, ms, speedup in (("PyTorch eager", baseline["eager"], result.speedup_vs_eager),
+                                  ("torch.compile", baseline["compile"], result.speedup_vs_compile)):
             if ms is None:
                 continue
             text = f"{name}: {_fmt_ms(ms)}"

@@ -202,18 +202,15 @@ class Evaluator:
         """Speedups against the configured baselines, measured within the candidate's worker: eager
         PyTorch was timed there just before the candidate loaded (`eager_time_in_worker`), on the
         same inputs with the same timer. The torch.compile speedup carries the cached compile/eager
-        ratio over to that worker: (compile / eager, both cached) x (eager in worker / candidate)."""
+        ratio over to that worker (see `EvalResult.baseline_ms`)."""
         candidate_ms = result.candidate_time.median_ms
-        eager_here = result.eager_time_in_worker
-        if candidate_ms <= 0 or (eager_here and eager_here.median_ms <= 0) or (
-                result.eager_time and result.eager_time.median_ms <= 0):
+        if candidate_ms <= 0:
             return  # no meaningful ratio from a zero time
-        if "eager" in config.baselines:
-            eager = eager_here or result.eager_time
-            result.speedup_vs_eager = eager.median_ms / candidate_ms if eager else None
-        if "compile" in config.baselines and result.compile_time:
-            scale = eager_here.median_ms / result.eager_time.median_ms if eager_here and result.eager_time else 1.0
-            result.speedup_vs_compile = result.compile_time.median_ms * scale / candidate_ms
+        baseline = result.baseline_ms()
+        if "eager" in config.baselines and baseline["eager"]:
+            result.speedup_vs_eager = baseline["eager"] / candidate_ms
+        if "compile" in config.baselines and baseline["compile"]:
+            result.speedup_vs_compile = baseline["compile"] / candidate_ms
 
     # -------------------------------------------------------------------------------------- build
     def _build(self, candidate: Candidate, key: str, backend: str, config: EvalConfig, env: dict[str, str],

@@ -92,6 +92,17 @@ class EvalResult:
     build_cached: bool = False
     limits_not_applied: list[str] = field(default_factory=list)  # sandbox measures the worker could not apply
 
+    def baseline_ms(self) -> dict[str, float | None]:
+        """The baseline times the speedups compare with, in the candidate's worker: eager as timed
+        there before the candidate loaded (the cached eager time where that is missing), and
+        torch.compile's cached time scaled by that worker's eager / cached eager."""
+        here, cached = self.eager_time_in_worker, self.eager_time
+        eager = (here or cached).median_ms if (here or cached) else None
+        compiled = self.compile_time.median_ms if self.compile_time else None
+        if compiled is not None and here and cached and cached.median_ms > 0:
+            compiled *= here.median_ms / cached.median_ms
+        return {"eager": eager, "compile": compiled}
+
     @property
     def ok(self) -> bool:
         return self.error_code is ErrorCode.OK
