@@ -97,10 +97,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print()
     print(f"{'task':<36} {'verdict':<14} {'time ms':>9} {'eager ms':>9} {'compile ms':>10} {'vs eager':>8} {'vs compile':>10}")
     for r in results:
+        baseline = r.baseline_ms()
         print(f"{r.task_id:<36} {r.error_code.value:<14} "
               f"{_fmt(r.candidate_time and r.candidate_time.median_ms, '9.4g')} "
-              f"{_fmt(r.baseline_ms()['eager'], '9.4g')} "
-              f"{_fmt(r.baseline_ms()['compile'], '10.4g')} "
+              f"{_fmt(baseline['eager'], '9.4g')} "
+              f"{_fmt(baseline['compile'], '10.4g')} "
               f"{_fmt(r.speedup_vs_eager, '8.2f')} {_fmt(r.speedup_vs_compile, '10.2f')}")
     by_level = defaultdict(list)
     for r in results:

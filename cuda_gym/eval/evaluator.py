@@ -427,7 +427,7 @@ class _Judgement:
             return self.verdict(ErrorCode.FORBIDDEN, "the worker sent a second reference message: "
                                 "candidate code wrote to the worker's channel")
         self.limits_not_applied = list(message.meta.get("limits_not_applied", []))
-        # When each part of the reference stage ended (setup, describe, timing_variants).
+        # When each part of the reference stage ended (setup, describe, eager_timing).
         ended = self.result.stage_seconds.get("reference", 0.0) - float(message.meta.get("seconds", 0.0))
         for part, seconds in dict(message.meta.get("parts_s", {})).items():
             ended += float(seconds)

@@ -63,8 +63,10 @@ class Timer:
     def _spin_up(self) -> None:
         """Keep the GPU busy for SPIN_UP_MS right before the timed repeats. A GPU that idled (as it
         does while a worker sets up) runs its first milliseconds of work at low clocks, and a few
-        warm-up calls of a short kernel do not last long enough to raise them: on the H200 that
-        left a 0.2 ms kernel's median 39% apart between evaluations."""
+        warm-up calls of a short kernel do not last long enough to raise them. Measured on the
+        H200: it did not narrow the 30-39% spread of a 0.2 ms kernel's median between fresh
+        workers (benchmarks/results/evaluation_speed_cuda_h200_2026-11-29.json); it costs 25 ms
+        per timed callable."""
         if self._flush_buffer is None:
             return
         n = 2048

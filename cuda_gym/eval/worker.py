@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import random
+import secrets
 import sys
 import time
 import traceback
@@ -263,9 +266,6 @@ def _time_reference(setup: _TaskSetup, device: str, config: dict, probe: _Probe)
     reference's checksum per timed call and its TimingStats. The candidate's speedup
     is measured against this time: both run in one process, seconds apart, so what a fresh process
     changes (memory placement, clocks) applies to both."""
-    import math
-    import random
-
     chooser = random.SystemRandom()
     warmup = config["warmup_reps"]
     variants = []
@@ -446,8 +446,6 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         draw_arrays, draw_specs = _describe(outputs, _sample_seed(job, index))
         arrays += draw_arrays
         specs.append(draw_specs)
-    import secrets
-
     parts["describe"] = _perf_counter() - started - sum(parts.values())
     probe = _Probe(secrets.randbits(62))
     variants, timing_checksums, eager = _time_reference(setup, device, config, probe)
@@ -559,8 +557,9 @@ def worker_main(conn: Any, setup: dict) -> None:
         confined = setup["role"] in ("build", "eval")
         if confined:
             failed += [] if sandbox.contain_children() else ["child_watchdog"]
-        # The CUDA driver must be initialized before Landlock applies: under it, the driver's
-        # first-use setup fails (error 304 on the H200; benchmarks/cuda_sandbox_probe.py).
+        # CUDA eval workers apply Landlock after the driver is up: under an earlier rule set its
+        # first-use setup failed (error 304 on the H200). With today's rules every order worked
+        # there (benchmarks/cuda_sandbox_probe.py); this order is kept as the safe one.
         cuda_first = setup["role"] == "eval" and setup["backend"] == "cuda"
         if confined and not cuda_first:
             failed += sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
