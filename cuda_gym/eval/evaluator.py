@@ -244,6 +244,7 @@ class Evaluator:
                 worker.kill()
         result.compile_seconds = round(time.monotonic() - started, 4)
         if "built" in outcome:
+            result.inline_build_forms = dict(outcome["built"].get("inline_build_forms") or {})
             marker.write_text(f"{backend} torch {self.torch_version}\n")
             self._trim_build_cache()
             return True

@@ -90,6 +90,8 @@ class EvalResult:
     eval_seconds: float = 0.0  # the evaluation stage in its worker (not queueing, not baselines)
     stage_seconds: dict[str, float] = field(default_factory=dict)  # when each stage ended, from eval start
     build_cached: bool = False
+    # load_inline builds: {name: "split" | "stripped" | "as_written", "<name>.not_split": why} (cuda_gym/eval/fastbuild.py)
+    inline_build_forms: dict[str, str] = field(default_factory=dict)
     limits_not_applied: list[str] = field(default_factory=list)  # sandbox measures the worker could not apply
 
     def baseline_ms(self) -> dict[str, float | None]:

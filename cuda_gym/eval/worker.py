@@ -408,7 +408,7 @@ def _run_build(channel: _Channel, job: dict) -> None:
         _error(channel, _classify_load_error(exc), f"{type(exc).__name__}: {exc}",
                traceback=traceback.format_exc(limit=8))
         return
-    channel.send("built", {"seconds": _perf_counter() - started})
+    channel.send("built", {"seconds": _perf_counter() - started, "inline_build_forms": fastbuild.BUILD_FORMS})
 
 
 def _run_baseline(channel: _Channel, job: dict, device: str) -> None:

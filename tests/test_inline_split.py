@@ -1,0 +1,204 @@
+"""The split build of KernelBench-format candidates (cuda_gym/eval/inline_split.py, fastbuild.py):
+what is split where, what is refused, the fall-through between build forms, and (where nvcc and
+g++ are installed) that the split halves of the corpus in tests/inline_candidates compile."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from cuda_gym.eval import fastbuild, inline_split
+from cuda_gym.eval.inline_split import NotSplittable, split_cuda_source
+
+CORPUS = sorted((Path(__file__).parent / "inline_candidates").glob("*.py"))
+
+
+def load_inline_arguments(path: Path) -> dict:
+    """The keyword arguments a candidate module passes to load_inline (run with a recording stub)."""
+    from torch.utils import cpp_extension
+
+    captured: dict = {}
+    original = cpp_extension.load_inline
+    cpp_extension.load_inline = lambda *args, **kwargs: captured.update(kwargs)
+    try:
+        exec(compile(path.read_text(), str(path), "exec"), {"__name__": "candidate"})
+    finally:
+        cpp_extension.load_inline = original
+    return captured
+
+
+def expected_form(path: Path) -> str:
+    return re.search(r'^# EXPECTED_FORM = "(\w+)"', path.read_text(), re.M).group(1)
+
+
+KERNEL = """
+__global__ void scale_kernel(const float* x, float* y, float s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = s * x[i];
+}
+"""
+WRAPPER = """
+torch::Tensor scale(torch::Tensor x, double s) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    scale_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), (float)s, n);
+    return y;
+}
+"""
+
+
+def test_a_kernelbench_source_splits_into_a_torch_free_kernel_file_and_host_wrappers():
+    split = split_cuda_source("#include <torch/extension.h>\n" + KERNEL + WRAPPER)
+    assert split.kernels == ["scale_kernel"]
+    assert "torch" not in split.kernel_source and "__global__ void scale_kernel" in split.kernel_source
+    assert "scale(torch::Tensor" not in split.kernel_source
+    assert "void scale_kernel(const float* x, float* y, float s, int n);" in split.host_source
+    assert "__global__" not in split.host_source and "<<<" not in split.host_source
+    assert ("(cuda_gym_push_launch((n + 255) / 256, 256) ? (void)0 : scale_kernel(x.data_ptr<float>(), "
+            "y.data_ptr<float>(), (float)s, n))") in split.host_source
+    assert "#include <torch/extension.h>" in split.host_source
+
+
+def test_types_constants_and_macros_go_to_both_sides_device_code_to_the_kernel_file_only():
+    source = """
+#include <torch/extension.h>
+#include <cuda_fp16.h>
+#define TILE 32
+constexpr int kThreads = 256;
+struct Params { int n; float s; };
+__device__ __forceinline__ float twice(float v) { return 2.f * v; }
+__global__ void __launch_bounds__(kThreads) k(Params p, float* y) { y[threadIdx.x] = twice(p.s) * TILE; }
+torch::Tensor run(torch::Tensor y) {
+    Params p{(int)y.numel(), 1.f};
+    k<<<1, kThreads>>>(p, y.data_ptr<float>());
+    return y;
+}
+"""
+    split = split_cuda_source(source)
+    for shared in ("#define TILE 32", "constexpr int kThreads = 256;", "struct Params { int n; float s; };",
+                   "#include <cuda_fp16.h>"):
+        assert shared in split.kernel_source and shared in split.host_source, shared
+    assert "twice" in split.kernel_source and "twice" not in split.host_source
+    assert "void k(Params p, float* y);" in split.host_source  # __launch_bounds__ dropped from the stub
+    assert "#include <torch/extension.h>" not in split.kernel_source
+
+
+def test_extern_c_kernels_keep_their_linkage_and_comments_and_strings_do_not_confuse_the_scan():
+    source = """
+// a comment with scale_kernel<<<1, 1>>>(x) and a brace {
+static const char* kNote = "} <<< __global__ ;";
+extern "C" __global__ void scale_kernel(const float* x, float* y) { /* } */ y[0] = x[0]; }
+void run(const float* x, float* y) { scale_kernel<<<1, 1>>>(x, y); }
+"""
+    split = split_cuda_source(source)
+    assert 'extern "C" void scale_kernel(const float* x, float* y);' in split.host_source
+    assert split.host_source.count("cuda_gym_push_launch(1, 1)") == 1
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("template <typename T> __global__ void k(T* y) {}\nvoid run(float* y) { k<float><<<1, 1>>>(y); }",
+     "template"),
+    ("namespace mine {\n__global__ void k(float* y) {}\n}\nvoid run(float* y) { mine::k<<<1, 1>>>(y); }",
+     "namespace"),
+    ("#ifdef FAST\n__global__ void k(float* y) {}\n#endif\nvoid run(float* y) { k<<<1, 1>>>(y); }",
+     "conditional"),
+    ("__global__ void k(float* y) {}\nvoid run(float* y) {\n#if 1\n k<<<1, 1>>>(y);\n#endif\n}", "conditional"),
+    ("__constant__ float c[4];\n__global__ void k(float* y) { y[0] = c[0]; }\n"
+     "void run(float* y, float* h) { cudaMemcpyToSymbol(c, h, 16); k<<<1, 1>>>(y); }", "device symbols"),
+    ("#define LAUNCH(k, y) k<<<1, 1>>>(y)\n__global__ void k(float* y) {}\nvoid run(float* y) { LAUNCH(k, y); }",
+     "macro"),
+    ("__global__ void k(at::Half* y) {}\nvoid run(at::Half* y) { k<<<1, 1>>>(y); }", "torch"),
+    ("__global__ void k(float* y) {}\n__global__ void k(double* y) {}\nvoid run(float* y) { k<<<1, 1>>>(y); }",
+     "overloaded"),
+    ("static __global__ void k(float* y) {}\nvoid run(float* y) { k<<<1, 1>>>(y); }", "static"),
+    ("__global__ void k(float* y) {}\nvoid other(float*);\nvoid run(float* y) { other<<<1, 1>>>(y); }", "launch"),
+    ("extern \"C\" {\n__global__ void k(float* y) {}\n}", "extern block"),
+    ("void run(float* y) { y[0] = 1; }", "no kernels"),
+])
+def test_what_cannot_be_split_with_certainty_is_refused(source, reason):
+    with pytest.raises(NotSplittable, match=reason):
+        split_cuda_source(source)
+
+
+def test_flags_that_could_change_host_code_are_refused():
+    inline_split.check_flags(["-O3", "--use_fast_math", "-arch=sm_90", "-Xptxas", "-v", ""], ["-O3", ""])
+    for cuda_flags, cxx_flags in ((["-DBLOCK=128"], []), (["--default-stream", "per-thread"], []),
+                                  (["-Xcompiler", "-fopenmp"], []), ([], ["-fopenmp"]), ([], ["-DX=1"]),
+                                  ([], ["-ffast-math"])):
+        with pytest.raises(NotSplittable):
+            inline_split.check_flags(cuda_flags, cxx_flags)
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
+def test_the_corpus_gets_its_expected_first_build_form(path):
+    forms = [form for form, _ in fastbuild.build_forms(load_inline_arguments(path))]
+    assert forms[0] == expected_form(path)
+    assert forms[-1] == "as_written"
+
+
+def test_a_failed_form_falls_through_and_the_build_directory_remembers_what_worked(tmp_path, monkeypatch):
+    from torch.utils import cpp_extension
+
+    calls: list[str] = []
+
+    def fake_load_inline(**kwargs):
+        form = "split" if kwargs.get("no_implicit_headers") else (
+            "stripped" if "torch/extension.h" not in kwargs["cuda_sources"][0] else "as_written")
+        calls.append(form)
+        if form == "split":
+            raise RuntimeError("Error building extension")  # e.g. the host file did not compile
+        return form
+
+    def no_implicit_headers_too(name, cpp_sources, cuda_sources=None, no_implicit_headers=False, **kwargs):
+        return fake_load_inline(name=name, cpp_sources=cpp_sources, cuda_sources=cuda_sources,
+                                no_implicit_headers=no_implicit_headers, **kwargs)
+
+    monkeypatch.setattr(cpp_extension, "load_inline", no_implicit_headers_too)
+    for attribute in ("_check_and_build_extension_h_precompiler_headers", "remove_extension_h_precompiler_headers"):
+        monkeypatch.setattr(cpp_extension, attribute, getattr(cpp_extension, attribute))
+    fastbuild.install()
+    arguments = dict(name="scale", cpp_sources="torch::Tensor scale(torch::Tensor x, double s);",
+                     cuda_sources="#include <torch/extension.h>\n" + KERNEL + WRAPPER, functions=["scale"],
+                     build_directory=str(tmp_path))
+    assert cpp_extension.load_inline(**arguments) == "stripped"
+    assert calls == ["split", "stripped"]
+    assert (tmp_path / fastbuild.FORM_FILE).read_text() == "stripped"
+    assert fastbuild.BUILD_FORMS["scale"] == "stripped"
+    calls.clear()
+    assert cpp_extension.load_inline(**arguments) == "stripped"  # e.g. the eval worker: straight to the build
+    assert calls == ["stripped"]
+
+
+def _torch_include_flags() -> list[str]:
+    from torch.utils.cpp_extension import include_paths
+
+    return [f"-I{p}" for p in include_paths()] + [f"-I{sysconfig.get_path('include')}"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("g++") is None, reason="needs nvcc and g++")
+@pytest.mark.parametrize("path", [p for p in CORPUS if expected_form(p) == "split"],
+                         ids=lambda p: p.stem)
+def test_the_split_halves_of_the_corpus_compile(path, tmp_path):
+    arguments = fastbuild.split_arguments(load_inline_arguments(path))
+    kernel_file = tmp_path / "kernels.cu"
+    kernel_file.write_text(arguments["cuda_sources"][0])
+    nvcc = subprocess.run(["nvcc", "-c", "-arch=sm_90", "-Xcompiler", "-fPIC", str(kernel_file), "-o",
+                           str(tmp_path / "kernels.o")], capture_output=True, text=True)
+    assert nvcc.returncode == 0, nvcc.stderr[-3000:]
+    host_file = tmp_path / "main.cpp"
+    host_file.write_text("\n".join(arguments["cpp_sources"]))
+    cuda_include = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+    gxx = subprocess.run(["g++", "-fsyntax-only", "-std=c++20", "-DTORCH_API_INCLUDE_EXTENSION_H",
+                          *_torch_include_flags(), f"-isystem{cuda_include}", str(host_file)],
+                         capture_output=True, text=True)
+    missing = re.search(r"fatal error: (\S+): No such file", gxx.stderr)
+    if gxx.returncode and missing and sys.platform == "linux":
+        pytest.skip(f"this machine lacks {missing.group(1)} (CPU-only torch or a partial CUDA toolkit)")
+    assert gxx.returncode == 0, gxx.stderr[-3000:]
