@@ -3,11 +3,15 @@
 Forms, for the backend's built-in gelu task:
   native        cuda_gym.native.load_kernels: kernel source without torch headers (the recommended form)
   load_inline   KernelBench's form: torch/extension.h in the sources, pybind bindings via functions=
-  load_inline_fast the same source through cuda_gym's accelerated build (cuda_gym/eval/fastbuild.py:
-                   no torch/extension.h in the CUDA source, precompiled header for the C++ part),
-                   as the evaluator's build workers run it; the precompiled header is built by an
-                   untimed warm-up build first (once per machine, torch version and flags)
-  load_inline_fast_host_O1 (experiment) load_inline_fast with the CUDA file's host code at -O1
+  load_inline_split the same source through cuda_gym's accelerated build as the evaluator's build
+                   workers run it (cuda_gym/eval/fastbuild.py): kernels compiled without torch
+                   headers, host wrappers in the C++ file with torch's precompiled header
+  load_inline_split_O3 the same with extra_cflags=["-O3"], for which the precompiled header (built
+                   without -O) is not valid, so the C++ file parses torch/extension.h in full
+  load_inline_stripped the previous accelerated build: one CUDA file with torch/types.h only,
+                   precompiled header for the C++ part
+  The precompiled header is built by an untimed warm-up first (once per machine, torch version and
+  flags); each accelerated build prints which form fastbuild used, and the JSON records it.
 
 Each build runs in a fresh process with its own empty build directory, `--repeats` times; the
 medians and the seconds of each ninja step (from .ninja_log) go to
@@ -111,33 +115,39 @@ def build_once(code: str, backend: str) -> tuple[float, dict[str, float]]:
         if backend == "cuda":
             env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
         script = "import time, torch\nt0 = time.perf_counter()\n" + code + "\nprint('SECONDS', time.perf_counter() - t0)\n"
+        script += "from cuda_gym.eval import fastbuild\nprint('FORMS', fastbuild.BUILD_FORMS)\n"
         proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr[-3000:])
-        return float(proc.stdout.strip().split("SECONDS")[-1]), ninja_steps(tmp)
+        seconds = float(proc.stdout.split("SECONDS")[-1].split()[0])
+        steps = ninja_steps(tmp)
+        steps["forms"] = proc.stdout.split("FORMS")[-1].strip()
+        return seconds, steps
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["cuda", "cpu"], required=True)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--forms", default="native,load_inline,load_inline_fast")
+    parser.add_argument("--forms", default="native,load_inline,load_inline_split,load_inline_split_O3,load_inline_stripped")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
     import torch
 
-    fast = "from cuda_gym.eval import fastbuild\nfastbuild.install()"
+    split = "from cuda_gym.eval import fastbuild\nfastbuild.install()"
+    stripped = "from cuda_gym.eval import fastbuild\nfastbuild.install(split=False)"
+    source = LOAD_INLINE[args.backend]
     forms = {
         "native": NATIVE[args.backend],
-        "load_inline": LOAD_INLINE[args.backend].replace("PREPARE", ""),
-        "load_inline_fast": LOAD_INLINE[args.backend].replace("PREPARE", fast),
-        # Experiment: the same with the CUDA file's host code at -O1 (kernels are unaffected).
-        "load_inline_fast_host_O1": LOAD_INLINE[args.backend].replace("PREPARE", fast).replace(
-            'extra_cuda_cflags=["-O3"]', 'extra_cuda_cflags=["-O3", "-Xcompiler", "-O1"]'),
+        "load_inline": source.replace("PREPARE", ""),
+        "load_inline_split": source.replace("PREPARE", split),
+        "load_inline_split_O3": source.replace("PREPARE", split).replace(
+            'extra_cuda_cflags=["-O3"]', 'extra_cuda_cflags=["-O3"], extra_cflags=["-O3"]'),
+        "load_inline_stripped": source.replace("PREPARE", stripped),
     }
     results = {}
     for form in args.forms.split(","):
-        if form == "load_inline_fast":
+        if form.startswith("load_inline_") and "precompiled_header_warmup_s" not in results:
             # A plain load_inline (use_pch=False) deletes torch's precompiled header, so the
             # trusted warm-up that rebuilds it runs right before the timed builds.
             started = time.perf_counter()
@@ -159,7 +169,7 @@ def main() -> None:
         "versions": {"torch": torch.__version__, "python": platform.python_version(),
                      "cuda": getattr(torch.version, "cuda", None)},
         "note": "cold builds, one at a time, each in a fresh process with an empty build directory; "
-                "load_inline_fast reuses the precompiled header built by the untimed warm-up",
+                "the accelerated forms reuse the precompiled header built by the untimed warm-up",
         "results": results,
     }
     out = Path(args.out) / f"compile_latency_{args.backend}_{payload['date']}.json"

@@ -20,6 +20,7 @@ if [ "${PROBE:-1}" = 1 ]; then
   timeout 300 python3 benchmarks/cuda_sandbox_probe.py --out "$OUT" 2>&1 | tail -12
   if [ "${PIPESTATUS[0]}" != 0 ]; then echo "PROBE FAILED: CUDA_GYM_SANDBOX_WRITES=0 for this session"; export CUDA_GYM_SANDBOX_WRITES=0; fi
 fi
+[ "${STABILITY_S:-0}" -gt 0 ] && timeout "${STABILITY_S}" python3 benchmarks/timing_stability.py --processes 8 --out "$OUT" 2>&1 | tail -14
 [ "${PCH:-0}" = 1 ] && python3 -m cuda_gym.eval.fastbuild | tail -1  # torch precompiled header (trusted)
 [ "${GPU_TEST_S:-200}" -gt 0 ] && timeout "${GPU_TEST_S:-200}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 \
   | grep -v "^\s*$" | tee "$OUT/pytest_gpu.log" | tail -25
@@ -28,4 +29,4 @@ fi
   --stream "${STREAM:-32}" --fidelity-repeats 10 --fidelity-tasks "${FIDELITY_TASKS:-builtin/L1/gelu,builtin/L1/softmax,builtin/L1/cumsum,builtin/L2/linear_gelu}" \
   --out "$OUT" 2>&1 | grep -v "it/s\]\|s/it\]" | tail -40
 [ "${COMPILE_S:-0}" -gt 0 ] && timeout "${COMPILE_S}" python3 benchmarks/compile_latency.py --backend cuda --repeats 1 \
-  --forms "${FORMS:-native,load_inline,load_inline_fast}" --out "$OUT" 2>&1 | tail -6
+  --forms "${FORMS:-native,load_inline,load_inline_split,load_inline_split_O3,load_inline_stripped}" --out "$OUT" 2>&1 | tail -6

@@ -4,6 +4,7 @@ Run with `python -m pytest -m gpu` on a machine with an NVIDIA GPU; skipped else
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from cuda_gym.eval import ErrorCode
 from cuda_gym.tasks import get_task, load_suite, solution_path
 
 KERNELBENCH_CANDIDATE = Path(__file__).resolve().parents[1] / "benchmarks" / "candidates" / "kernelbench_gelu_cuda.py"
+INLINE_CORPUS = sorted((Path(__file__).parent / "inline_candidates").glob("*.py"))
 
 
 @pytest.mark.gpu
@@ -45,3 +47,26 @@ def test_kernelbench_load_inline_candidate_is_accepted_on_cuda(cuda_evaluator):
     print(f"load_inline again: stages {again.stage_seconds}")
     print(f"load_inline candidate: compile {result.compile_seconds:.1f} s, eval {result.eval_seconds:.2f} s, "
           f"{result.candidate_time.median_ms:.4f} ms, x{result.speedup_vs_eager:.2f} vs eager")
+
+
+@pytest.mark.gpu
+def test_the_load_inline_corpus_passes_in_its_expected_build_form(cuda_evaluator):
+    """Each KernelBench-style candidate is correct when built split (kernels without torch headers,
+    host wrappers in the C++ file) or, where the split refuses it, as one CUDA file."""
+    futures = {}
+    for path in INLINE_CORPUS:
+        text = path.read_text()
+        task = re.search(r'^# TASK = "(.+)"', text, re.M).group(1)
+        futures[path.stem] = (re.search(r'^# EXPECTED_FORM = "(\w+)"', text, re.M).group(1),
+                              cuda_evaluator.submit(get_task(task), text))
+    problems = {}
+    for name, (form, future) in futures.items():
+        result = future.result()
+        built_as = {k: v for k, v in result.inline_build_forms.items() if not k.endswith(".not_split")}
+        print(f"{name}: {result.error_code.value}, built {result.inline_build_forms}, compile "
+              f"{result.compile_seconds:.1f} s, x{result.speedup_vs_eager or 0:.2f} vs eager")
+        if not result.ok:
+            problems[name] = f"{result.error_code.value}: {result.message[:600]}"
+        elif list(built_as.values()) != [form]:
+            problems[name] = f"built as {result.inline_build_forms}, expected {form}"
+    assert not problems, problems

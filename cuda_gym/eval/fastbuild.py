@@ -85,12 +85,14 @@ def stripped_arguments(kwargs: dict[str, Any]) -> dict[str, Any] | None:
     return {**kwargs, "cuda_sources": stripped} if stripped != cuda_sources else None
 
 
-def build_forms(kwargs: dict[str, Any], supports_no_implicit_headers: bool = True) -> list[tuple[str, dict[str, Any]]]:
+def build_forms(kwargs: dict[str, Any], supports_no_implicit_headers: bool = True,
+                split: bool = True) -> list[tuple[str, dict[str, Any]]]:
     """The forms to try for one load_inline call, fastest first; the last is the call as written.
     Why the split is not among them is recorded in BUILD_FORMS."""
     forms: list[tuple[str, dict[str, Any]]] = []
     try:
-        forms.append(("split", split_arguments(kwargs, supports_no_implicit_headers)))
+        if split:
+            forms.append(("split", split_arguments(kwargs, supports_no_implicit_headers)))
     except inline_split.NotSplittable as exc:
         BUILD_FORMS[f"{kwargs.get('name')}.not_split"] = str(exc)[:200]
     stripped = stripped_arguments(kwargs)
@@ -110,8 +112,9 @@ def build_precompiled_header() -> None:
                                   functions=["cuda_gym_pch_warmup"], build_directory=build_dir, use_pch=True)
 
 
-def install() -> None:
-    """Route `torch.utils.cpp_extension.load_inline` through the accelerated build (worker-only)."""
+def install(split: bool = True) -> None:
+    """Route `torch.utils.cpp_extension.load_inline` through the accelerated build (worker-only;
+    `split=False` only for benchmarks comparing the forms)."""
     import inspect
 
     from torch.utils import cpp_extension
@@ -125,7 +128,7 @@ def install() -> None:
         build_dir = kwargs.get("build_directory") or os.path.join(
             os.environ.get("TORCH_EXTENSIONS_DIR", ""), str(kwargs.get("name", "")))
         form_file = Path(build_dir) / FORM_FILE
-        forms = build_forms(kwargs, supports_no_implicit_headers)
+        forms = build_forms(kwargs, supports_no_implicit_headers, split)
         known = form_file.read_text().strip() if form_file.exists() else None
         if known:  # this candidate was built before: load that build, compile nothing
             forms = [form for form in forms if form[0] == known] or forms
