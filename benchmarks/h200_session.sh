@@ -13,7 +13,7 @@ if ! python3 -c "import gymnasium" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1;
 fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-export CUDA_GYM_TEST_CACHE=/tmp/cg-test-cache
+export CUDA_GYM_TEST_CACHE=/tmp/cg-test-cache CUDA_GYM_PCH_DIR=/tmp/cg-test-cache/pch
 # Which confinement the CUDA driver tolerates; if the eval workers' order fails, the rest of the
 # session runs without Landlock (and says so) rather than failing every CUDA evaluation.
 if [ "${PROBE:-1}" = 1 ]; then
@@ -21,7 +21,7 @@ if [ "${PROBE:-1}" = 1 ]; then
   if [ "${PIPESTATUS[0]}" != 0 ]; then echo "PROBE FAILED: CUDA_GYM_SANDBOX_WRITES=0 for this session"; export CUDA_GYM_SANDBOX_WRITES=0; fi
 fi
 [ "${STABILITY_S:-0}" -gt 0 ] && timeout "${STABILITY_S}" python3 benchmarks/timing_stability.py --processes 8 --out "$OUT" 2>&1 | tail -14
-[ "${PCH:-0}" = 1 ] && python3 -m cuda_gym.eval.fastbuild | tail -1  # torch precompiled header (trusted)
+[ "${PCH:-0}" = 1 ] && python3 -m cuda_gym.eval.fastbuild "$CUDA_GYM_TEST_CACHE/pch" | tail -1  # precompiled headers (trusted)
 [ "${GPU_TEST_S:-200}" -gt 0 ] && timeout "${GPU_TEST_S:-200}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 \
   | grep -v "^\s*$" | tee "$OUT/pytest_gpu.log" | tail -25
 [ "${SPEED_S:-220}" -gt 0 ] && timeout "${SPEED_S:-220}" python3 benchmarks/evaluation_speed.py --backend cuda --no-compile-baseline \

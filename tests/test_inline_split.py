@@ -202,3 +202,29 @@ def test_the_split_halves_of_the_corpus_compile(path, tmp_path):
     if gxx.returncode and missing and sys.platform == "linux":
         pytest.skip(f"this machine lacks {missing.group(1)} (CPU-only torch or a partial CUDA toolkit)")
     assert gxx.returncode == 0, gxx.stderr[-3000:]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or not (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+                                                        / "include" / "cuda_runtime.h").exists(),
+                    reason="needs g++ and the CUDA headers")
+def test_the_host_prelude_gives_g_plus_plus_the_kernel_taking_runtime_calls(tmp_path):
+    """cudaFuncSetAttribute(kernel, ...) and friends take a kernel directly only under nvcc; the
+    prelude gives the host file the same calls (seen failing on the H200 before it had them)."""
+    source = tmp_path / "host.cpp"
+    source.write_text(inline_split.HOST_PRELUDE + """
+extern "C" void k1(const float* x, float* y);
+void k2(int n);
+int use() {
+    cudaFuncAttributes attributes; int blocks; void* args[1] = {nullptr};
+    cudaFuncGetAttributes(&attributes, k1);
+    cudaFuncSetCacheConfig(k2, cudaFuncCachePreferL1);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k1, 256, 0);
+    cudaLaunchKernel(k2, dim3(1), dim3(1), args);
+    (cuda_gym_push_launch(dim3(1), dim3(32), 0, 0) ? (void)0 : k2(3));
+    return cudaFuncSetAttribute(k1, cudaFuncAttributePreferredSharedMemoryCarveout, 0);
+}
+""")
+    include = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+    gxx = subprocess.run(["g++", "-Wall", "-Werror", "-fsyntax-only", f"-isystem{include}", str(source)],
+                         capture_output=True, text=True)
+    assert gxx.returncode == 0, gxx.stderr[-2000:]

@@ -11,6 +11,8 @@ import hashlib
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -66,6 +68,8 @@ class Evaluator:
         self._device_slot = threading.Semaphore(1)
         self._executor = ThreadPoolExecutor(max_workers=self.build_workers + 4, thread_name_prefix="cuda-gym-eval")
         self._baselines = BaselineCache(self.cache_dir / "baselines.json")
+        self._header_lock = threading.Lock()
+        self._header_checked = False
         self._closed = False
 
     # ----------------------------------------------------------------------------------- public
@@ -151,7 +155,8 @@ class Evaluator:
         # TORCH_EXTENSIONS_DIR: the root of all candidates' build directories (never an inherited
         # value); a job narrows it to its own candidate's.
         env = {"CUDA_GYM_KERNEL_CACHE": str(self.cache_dir / "kernels"),
-               "TORCH_EXTENSIONS_DIR": str(self.cache_dir / "inline"), "PYTHONDONTWRITEBYTECODE": "1"}
+               "TORCH_EXTENSIONS_DIR": str(self.cache_dir / "inline"), "PYTHONDONTWRITEBYTECODE": "1",
+               "CUDA_GYM_PCH_DIR": str(self.cache_dir / "pch")}
         capability = self.platform.get("capability")
         if backend == "cuda" and capability:
             env["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
@@ -213,6 +218,22 @@ class Evaluator:
             result.speedup_vs_compile = baseline["compile"] / candidate_ms
 
     # -------------------------------------------------------------------------------------- build
+    def _prepare_precompiled_header(self) -> None:
+        """Build cuda_gym's precompiled torch/extension.h (`<cache>/pch`, fastbuild.py) once, here,
+        outside any sandbox, before the first load_inline build: the fast forms compile their C++
+        file against it (7.8 s instead of 16-24 s on the H200). Workers read it, never write it."""
+        with self._header_lock:
+            if self._header_checked:
+                return
+            self._header_checked = True
+            started = time.monotonic()
+            proc = subprocess.run([sys.executable, "-m", "cuda_gym.eval.fastbuild", str(self.cache_dir / "pch")],
+                                  capture_output=True, text=True, env=os.environ | self._base_env("cuda"), timeout=900)
+            if proc.returncode != 0 or "built nothing" not in proc.stdout:
+                state = "ready" if proc.returncode == 0 else f"failed ({proc.stderr.strip()[-300:]})"
+                print(f"cuda_gym: precompiled torch header for load_inline builds {state} after "
+                      f"{time.monotonic() - started:.0f} s (once per cache directory)", file=sys.stderr)
+
     def _build(self, candidate: Candidate, key: str, backend: str, config: EvalConfig, env: dict[str, str],
                result: EvalResult) -> bool:
         marker = self.cache_dir / "builds" / f"{key}.ok"
@@ -222,6 +243,8 @@ class Evaluator:
             return True
         if candidate.form == "python":
             return True  # nothing to compile; the policy check will judge it
+        if candidate.form == "load_inline" and backend == "cuda":
+            self._prepare_precompiled_header()
         started = time.monotonic()
         with self._build_slots:
             worker = self._pool.acquire(self._spec("build", backend, config, env | {"CUDA_VISIBLE_DEVICES": ""}),

@@ -46,6 +46,21 @@ static inline unsigned cuda_gym_push_launch(dim3 grid, dim3 block, size_t shared
                                             cudaStream_t stream = 0) {
     return __cudaPushCallConfiguration(grid, block, shared_bytes, stream);
 }
+// cuda_runtime.h declares these kernel-taking C++ overloads only for nvcc (__CUDACC__); the same
+// for g++ (its cudaLaunchKernel template is there for both): each passes the kernel (its host stub's address) to the C API.
+template <class T> static inline cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attribute, int value) {
+    return cudaFuncSetAttribute((const void*)kernel, attribute, value);
+}
+template <class T> static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, T* kernel) {
+    return cudaFuncGetAttributes(attributes, (const void*)kernel);
+}
+template <class T> static inline cudaError_t cudaFuncSetCacheConfig(T* kernel, cudaFuncCache config) {
+    return cudaFuncSetCacheConfig((const void*)kernel, config);
+}
+template <class T> static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        int* blocks, T* kernel, int block_size, size_t shared_bytes) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, (const void*)kernel, block_size, shared_bytes);
+}
 """
 
 _DEVICE_WORDS = re.compile(r"\b(__device__|__constant__|__shared__|__managed__|__host__|__forceinline__|"
