@@ -2,10 +2,26 @@
 
 The clock functions are captured when this module is imported, before any candidate code runs in
 the process, so a candidate that rebinds `time.perf_counter_ns` or `torch.cuda.synchronize` does not
-change what measures it. Every repeat is timed two ways on CUDA: CUDA events on the current stream,
-and the host clock around a device-wide synchronize (covers work on every stream). When the two
-disagree by more than launch overhead, work escaped the current stream and the host-clock time
-is the one reported.
+change what measures it.
+
+On CUDA the repeats come in two phases, each repeat after an L2 flush and a device-wide sync:
+
+- Open repeats (the first quarter): CUDA events on the current stream, and the host clock around
+  a device-wide synchronize (covers work on every stream). When the two disagree by more than
+  launch overhead, work escaped the current stream and the host-clock time is the one reported.
+- Held repeats (the rest): a hold kernel that fills every SM (all threads and shared memory, so
+  no block of any stream can start beside it) runs for a little longer than the host needs to
+  issue the call, then the start event; the candidate's call is issued meanwhile. The events then
+  time the device work alone. An open repeat also counts the host's time to issue the call, which
+  differs from process to process: on the H200 that spread a 0.13-0.22 ms op's median 4% between
+  fresh processes, against 0.5% with the GPU held (benchmarks/results/timing_stability_2026-11-30.json).
+  Kernels on other streams cannot run during the hold either, so they land inside the timed window
+  or after it, where the device-wide sync that follows the end event shows them.
+
+The held median is reported when it agrees with the open repeats: not below the open median less
+the host issue time measured during the held repeats (at most half the open median), less 2%.
+Otherwise the open measurement stands and a flag says so: a candidate host-bound enough for that,
+or one that behaves differently while the GPU is held, gets the open time (with the host time in).
 """
 from __future__ import annotations
 
@@ -22,11 +38,66 @@ _perf_counter_ns = time.perf_counter_ns
 _cuda_synchronize = torch.cuda.synchronize
 _CudaEvent = torch.cuda.Event
 _no_grad = torch.no_grad
-_mm = torch.mm
+_current_stream = torch.cuda.current_stream
+_event_synchronize = torch.cuda.Event.synchronize
 
 L2_FLUSH_BYTES = 256 * 2**20  # > 4x the H200's 60 MB L2
-SPIN_UP_MS = 25.0  # busy GPU time right before the timed repeats
 UNTRACKED_WORK_FLAG = "work_outside_current_stream"
+HELD_DISAGREES_FLAG = "held_timing_not_used"  # held repeats faster than the open ones allow: open reported
+OPEN_SHARE = 0.25  # the first quarter of the timed repeats are open, the rest held
+HOLD_MS = (0.05, 2.0)  # the hold lasts 3x the host's issue time of a warm-up call, within these bounds
+
+HOLD_SOURCE = r"""
+#include <cuda_runtime.h>
+#include <cstdint>
+// Every block takes 1024 threads and an SM's share of shared memory, launched twice per SM, so while
+// it runs no block of any other kernel fits anywhere on the GPU. Thread 0 waits on the global timer.
+extern "C" __global__ void __launch_bounds__(1024, 2) cuda_gym_hold(int64_t nanoseconds) {
+    extern __shared__ unsigned char reserved[];
+    if (threadIdx.x == 0) {
+        uint64_t start, now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+        do {
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        } while (now - start < (uint64_t)nanoseconds);
+        reserved[0] = 0;
+    }
+    __syncthreads();
+}
+extern "C" int cuda_gym_hold_gpu(int64_t nanoseconds, int blocks, int shared_bytes, cudaStream_t stream) {
+    cudaError_t status = cudaFuncSetAttribute(cuda_gym_hold, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
+    if (status != cudaSuccess) return (int)status;
+    cuda_gym_hold<<<blocks, 1024, shared_bytes, stream>>>(nanoseconds);
+    return (int)cudaGetLastError();
+}
+"""
+# (ctypes function, blocks, shared bytes) once prepare_hold() loaded it, before any candidate code;
+# False when it is unavailable. Rebinding it later is caught by the tamper check (watched module).
+_hold: tuple | bool | None = None
+
+
+def prepare_hold() -> bool:
+    """Build (cached) and load the hold kernel; call before any candidate code runs. False when this
+    GPU cannot be filled that way (no held repeats then; the open ones are reported)."""
+    global _hold
+    if _hold is not None:
+        return bool(_hold)
+    entry: tuple | bool = False
+    try:
+        properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+        per_sm = properties.max_threads_per_multi_processor // 1024
+        shared = min(properties.shared_memory_per_block_optin,
+                     properties.shared_memory_per_multiprocessor // per_sm - 1024)  # 1 KB reserved per block
+        if per_sm >= 1 and shared > 0:
+            from ..native import load_kernels
+
+            library = load_kernels(cuda=HOLD_SOURCE, functions=[
+                "int cuda_gym_hold_gpu(int64_t nanoseconds, int blocks, int shared_bytes, cudaStream_t stream)"])
+            entry = (library.cuda_gym_hold_gpu._cfunc, properties.multi_processor_count * per_sm, shared)
+    except Exception:  # noqa: BLE001 - no hold: open repeats only, still a sound measurement
+        entry = False
+    _hold = entry
+    return bool(entry)
 
 
 def _stats(samples_ms: Sequence[float], method: str) -> TimingStats:
@@ -60,24 +131,6 @@ class Timer:
         if self.device == "cuda":
             _cuda_synchronize()
 
-    def _spin_up(self) -> None:
-        """Keep the GPU busy for SPIN_UP_MS right before the timed repeats. A GPU that idled (as it
-        does while a worker sets up) runs its first milliseconds of work at low clocks, and a few
-        warm-up calls of a short kernel do not last long enough to raise them. Measured on the
-        H200: it did not narrow the 30-39% spread of a 0.2 ms kernel's median between fresh
-        workers (benchmarks/results/evaluation_speed_cuda_h200_2026-11-29.json); it costs 25 ms
-        per timed callable."""
-        if self._flush_buffer is None:
-            return
-        n = 2048
-        a = self._flush_buffer[: n * n].view(n, n)
-        out = self._flush_buffer[n * n: 2 * n * n].view(n, n)
-        started = _perf_counter_ns()
-        while _perf_counter_ns() - started < SPIN_UP_MS * 1e6:
-            for _ in range(4):
-                _mm(a, a, out=out)
-            _cuda_synchronize()
-
     def run(self, fn: Callable[..., Any], live_inputs: Sequence[Any], load_set: Callable[[int], None],
             sets: int, checksum: Callable[[Any], list[float]], *, audit: Callable[[], Any] | None = None,
             cover_sets: bool = True) -> tuple[TimingStats, list[str], list[list[float]]]:
@@ -93,18 +146,27 @@ class Timer:
         `min_reps` repeats are timed, without first using every set."""
         flags: list[str] = []
         chooser = random.SystemRandom()
+        hold = _hold if self.device == "cuda" and _hold else None
+        issue_ms: list[float] = []  # host time to issue a warm-up call (GPU idle, so it may include waits)
         with _no_grad():
             for index in range(self.warmup_reps):
                 load_set((self.reps + index) % sets)
+                self._sync()
+                t0 = _perf_counter_ns()
                 if audit is not None:
                     with audit():
                         fn(*live_inputs)
                 else:
                     fn(*live_inputs)
+                issue_ms.append((_perf_counter_ns() - t0) / 1e6)
             self._sync()
-            self._spin_up()
+            hold_ns = int(1e6 * min(HOLD_MS[1], max(HOLD_MS[0], 3 * max(issue_ms, default=0.0))))
+            open_target = max(1, round(self.reps * OPEN_SHARE)) if hold else self.reps
             event_ms: list[float] = []
             wall_ms: list[float] = []
+            held_ms: list[float] = []
+            held_issue_ms: list[float] = []
+            held_tail_ms: list[float] = []
             sums: list[list[float]] = []
             started = _perf_counter_ns()
             for rep in range(self.reps):
@@ -113,15 +175,32 @@ class Timer:
                 if self._flush_buffer is not None:
                     self._flush_buffer.zero_()
                 self._sync()
+                timed = len(wall_ms) + len(held_ms)
                 if (audit is not None and chooser.random() < 0.25
-                        and self.reps - rep > self.min_reps - len(wall_ms)):
+                        and self.reps - rep > self.min_reps - timed):
                     with audit():
                         output = fn(*live_inputs)
                     self._sync()
                     sums.append([float(which), *checksum(output)])
                     del output
                     continue
-                if self.device == "cuda":
+                if hold and len(wall_ms) >= open_target:
+                    function, blocks, shared = hold
+                    start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
+                    if function(hold_ns, blocks, shared, _current_stream().cuda_stream) != 0:
+                        raise RuntimeError("the timer's hold kernel failed to launch")
+                    start.record()
+                    t0 = _perf_counter_ns()
+                    output = fn(*live_inputs)
+                    t1 = _perf_counter_ns()
+                    end.record()
+                    _event_synchronize(end)
+                    t2 = _perf_counter_ns()
+                    _cuda_synchronize()  # whatever still runs on other streams after the end event
+                    held_tail_ms.append((_perf_counter_ns() - t2) / 1e6)
+                    held_ms.append(start.elapsed_time(end))
+                    held_issue_ms.append((t1 - t0) / 1e6)
+                elif self.device == "cuda":
                     start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
                     t0 = _perf_counter_ns()
                     start.record()
@@ -130,15 +209,17 @@ class Timer:
                     _cuda_synchronize()
                     t1 = _perf_counter_ns()
                     event_ms.append(start.elapsed_time(end))
+                    wall_ms.append((t1 - t0) / 1e6)
                 else:
                     t0 = _perf_counter_ns()
                     output = fn(*live_inputs)
                     t1 = _perf_counter_ns()
-                wall_ms.append((t1 - t0) / 1e6)
+                    wall_ms.append((t1 - t0) / 1e6)
                 sums.append([float(which), *checksum(output)])
                 del output
                 covered = rep + 1 >= sets if cover_sets else True
-                if len(wall_ms) >= self.min_reps and covered and _perf_counter_ns() - started > self.budget_ns:
+                if (len(wall_ms) + len(held_ms) >= self.min_reps and len(wall_ms) >= min(open_target, self.min_reps)
+                        and covered and _perf_counter_ns() - started > self.budget_ns):
                     break
         if self.device != "cuda":
             return _stats(wall_ms, "wall"), flags, sums
@@ -147,4 +228,15 @@ class Timer:
         if wall_stats.median_ms - event_stats.median_ms > 0.05 + 0.25 * event_stats.median_ms:
             flags.append(UNTRACKED_WORK_FLAG)
             return wall_stats, flags, sums
-        return event_stats, flags, sums
+        if not held_ms:
+            return event_stats, flags, sums
+        held_stats = _stats(held_ms, "cuda_event_held")
+        if statistics.median(held_tail_ms) > 0.05 + 0.25 * held_stats.median_ms:
+            flags.append(UNTRACKED_WORK_FLAG)
+            return wall_stats, flags, sums
+        credit = min(statistics.median(held_issue_ms), 0.5 * event_stats.median_ms)
+        floor = (event_stats.median_ms - credit) * 0.98
+        if held_stats.median_ms < floor:
+            flags.append(HELD_DISAGREES_FLAG)
+            return event_stats, flags, sums
+        return held_stats, flags, sums
