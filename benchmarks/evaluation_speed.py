@@ -144,7 +144,7 @@ def section_fidelity(evaluator: Evaluator, backend: str, repeats: int, task_ids:
     rows = {}
     for task in [t for t in solved_tasks(backend, (1, 2, 3)) if t.id in task_ids]:
         source = solution_path(task, backend).read_text()
-        speedups, times, iqrs, reps = [], [], [], []
+        speedups, times, iqrs, reps, methods, flags = [], [], [], [], [], []
         for _ in tqdm(range(repeats), desc=f"fidelity {task.id}"):
             result = evaluator.evaluate(task, source)
             if result.ok:
@@ -152,8 +152,11 @@ def section_fidelity(evaluator: Evaluator, backend: str, repeats: int, task_ids:
                 times.append(result.candidate_time.median_ms)
                 iqrs.append(result.candidate_time.iqr_ms)
                 reps.append(result.candidate_time.reps)
+                methods.append(result.candidate_time.method)
+                flags.append(result.flags)
         if speedups:
-            rows[task.id] = {"candidate_ms": times, "iqr_ms": iqrs, "reps": reps, "speedup_vs_eager": speedups,
+            rows[task.id] = {"candidate_ms": times, "iqr_ms": iqrs, "reps": reps, "methods": methods, "flags": flags,
+                             "speedup_vs_eager": speedups,
                              "speedup_spread": max(speedups) / min(speedups) - 1,
                              "time_spread": max(times) / min(times) - 1}
     return rows

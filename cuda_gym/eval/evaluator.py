@@ -156,7 +156,7 @@ class Evaluator:
         # value); a job narrows it to its own candidate's.
         env = {"CUDA_GYM_KERNEL_CACHE": str(self.cache_dir / "kernels"),
                "TORCH_EXTENSIONS_DIR": str(self.cache_dir / "inline"), "PYTHONDONTWRITEBYTECODE": "1",
-               "CUDA_GYM_PCH_DIR": str(self.cache_dir / "pch")}
+               "CUDA_GYM_PCH_DIR": os.environ.get("CUDA_GYM_PCH_DIR") or str(self.cache_dir / "pch")}
         capability = self.platform.get("capability")
         if backend == "cuda" and capability:
             env["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
@@ -219,7 +219,8 @@ class Evaluator:
 
     # -------------------------------------------------------------------------------------- build
     def _prepare_precompiled_header(self) -> None:
-        """Build cuda_gym's precompiled torch/extension.h (`<cache>/pch`, fastbuild.py) once, here,
+        """Build cuda_gym's precompiled torch/extension.h ($CUDA_GYM_PCH_DIR, else `<cache>/pch`;
+        fastbuild.py) once, here,
         outside any sandbox, before the first load_inline build: the fast forms compile their C++
         file against it (7.8 s instead of 16-24 s on the H200). Workers read it, never write it."""
         with self._header_lock:
@@ -227,7 +228,7 @@ class Evaluator:
                 return
             self._header_checked = True
             started = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "cuda_gym.eval.fastbuild", str(self.cache_dir / "pch")],
+            proc = subprocess.run([sys.executable, "-m", "cuda_gym.eval.fastbuild", self._base_env("cuda")["CUDA_GYM_PCH_DIR"]],
                                   capture_output=True, text=True, env=os.environ | self._base_env("cuda"), timeout=900)
             if proc.returncode != 0 or "built nothing" not in proc.stdout:
                 state = "ready" if proc.returncode == 0 else f"failed ({proc.stderr.strip()[-300:]})"

@@ -25,6 +25,7 @@ or one that behaves differently while the GPU is held, gets the open time (with 
 """
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import time
@@ -83,6 +84,9 @@ def prepare_hold() -> bool:
     if _hold is not None:
         return bool(_hold)
     entry: tuple | bool = False
+    if os.environ.get("CUDA_GYM_TIMER_HOLD", "1") == "0":  # operator switch: open repeats only
+        _hold = False
+        return False
     try:
         properties = torch.cuda.get_device_properties(torch.cuda.current_device())
         per_sm = properties.max_threads_per_multi_processor // 1024

@@ -1,0 +1,31 @@
+"""A quick check of cuda_gym's Timer on the GPU (seconds): loads the hold kernel, times gelu at the
+built-in task size open and held, and prints what was reported. Exits 1 when the held path fails,
+so a session script can fall back to CUDA_GYM_TIMER_HOLD=0 for the rest of its run.
+
+    python benchmarks/timer_check.py
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from cuda_gym.eval.timing import Timer, prepare_hold
+
+
+def main() -> int:
+    ready = prepare_hold()
+    x = torch.randn(8192, 8192, device="cuda")
+    live = [x.clone()]
+    sets = [torch.randn_like(x) for _ in range(3)]
+    timer = Timer("cuda", warmup_reps=3, reps=40, min_reps=10, budget_s=1.0, l2_flush=True)
+    stats, flags, sums = timer.run(F.gelu, live, lambda k: live[0].copy_(sets[k]), 3,
+                                   lambda out: [float(out.sum())])
+    print(f"hold ready: {ready}; reported {stats.method} median {stats.median_ms:.4f} ms "
+          f"(iqr {stats.iqr_ms:.4f}, {stats.reps} reps), flags {flags}, {len(sums)} checksums")
+    return 0 if ready and stats.method == "cuda_event_held" and len(sums) == 40 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
