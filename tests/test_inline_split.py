@@ -146,11 +146,13 @@ def test_a_failed_form_falls_through_and_the_build_directory_remembers_what_work
     from torch.utils import cpp_extension
 
     calls: list[str] = []
+    names: list[str] = []
 
     def fake_load_inline(**kwargs):
         form = "split" if kwargs.get("no_implicit_headers") else (
             "stripped" if "torch/extension.h" not in kwargs["cuda_sources"][0] else "as_written")
         calls.append(form)
+        names.append(kwargs["name"])
         if form == "split":
             raise RuntimeError("Error building extension")  # e.g. the host file did not compile
         return form
@@ -168,11 +170,15 @@ def test_a_failed_form_falls_through_and_the_build_directory_remembers_what_work
                      build_directory=str(tmp_path))
     assert cpp_extension.load_inline(**arguments) == "stripped"
     assert calls == ["split", "stripped"]
+    # Each form builds under its own name, so torch never numbers a second build of one name
+    # (scale_v1) in the build worker that the eval worker, trying one form, would not.
+    assert names == ["scale_split", "scale_stripped"]
     assert (tmp_path / fastbuild.FORM_FILE).read_text() == "stripped"
     assert fastbuild.BUILD_FORMS["scale"] == "stripped"
     calls.clear()
+    names.clear()
     assert cpp_extension.load_inline(**arguments) == "stripped"  # e.g. the eval worker: straight to the build
-    assert calls == ["stripped"]
+    assert calls == ["stripped"] and names == ["scale_stripped"]
 
 
 def _torch_include_flags() -> list[str]:
@@ -204,14 +210,16 @@ def test_the_split_halves_of_the_corpus_compile(path, tmp_path):
     assert gxx.returncode == 0, gxx.stderr[-3000:]
 
 
-@pytest.mark.skipif(shutil.which("g++") is None or not (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
-                                                        / "include" / "cuda_runtime.h").exists(),
-                    reason="needs g++ and the CUDA headers")
-def test_the_host_prelude_gives_g_plus_plus_the_kernel_taking_runtime_calls(tmp_path):
-    """cudaFuncSetAttribute(kernel, ...) and friends take a kernel directly only under nvcc; the
-    prelude gives the host file the same calls (seen failing on the H200 before it had them)."""
-    source = tmp_path / "host.cpp"
-    source.write_text(inline_split.HOST_PRELUDE + """
+def test_the_kernel_api_prelude_is_added_only_when_host_code_calls_those_functions():
+    plain = split_cuda_source(KERNEL + WRAPPER)
+    assert inline_split.KERNEL_API_PRELUDE not in plain.host_source
+    with_attribute = split_cuda_source(KERNEL + WRAPPER.replace(
+        "auto y", "cudaFuncSetAttribute(scale_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 0);\n    auto y"))
+    assert inline_split.KERNEL_API_PRELUDE in with_attribute.host_source
+
+
+CUDA_INCLUDE = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+KERNEL_API_USE = """
 extern "C" void k1(const float* x, float* y);
 void k2(int n);
 int use() {
@@ -220,11 +228,62 @@ int use() {
     cudaFuncSetCacheConfig(k2, cudaFuncCachePreferL1);
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k1, 256, 0);
     cudaLaunchKernel(k2, dim3(1), dim3(1), args);
+    cudaFuncSetAttribute((const void*)k1, cudaFuncAttributePreferredSharedMemoryCarveout, 0);
     (cuda_gym_push_launch(dim3(1), dim3(32), 0, 0) ? (void)0 : k2(3));
     return cudaFuncSetAttribute(k1, cudaFuncAttributePreferredSharedMemoryCarveout, 0);
 }
-""")
-    include = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
-    gxx = subprocess.run(["g++", "-Wall", "-Werror", "-fsyntax-only", f"-isystem{include}", str(source)],
+"""
+# What cuda_runtime.h declares under nvcc; a header that also declared it for g++ must not clash.
+RUNTIME_TEMPLATE = """
+template <class T> static inline cudaError_t cudaFuncSetAttribute(T* f, cudaFuncAttribute a, int v) {
+    return cudaFuncSetAttribute((const void*)f, a, v);
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or not (CUDA_INCLUDE / "cuda_runtime.h").exists(),
+                    reason="needs g++ and the CUDA headers")
+@pytest.mark.parametrize("declared_by_header", [False, True])
+def test_the_host_prelude_gives_g_plus_plus_the_kernel_taking_runtime_calls(tmp_path, declared_by_header):
+    """cudaFuncSetAttribute(kernel, ...) and friends take a kernel directly only under nvcc; the
+    prelude gives the host file the same calls (seen failing on the H200 before it had them), and
+    does not clash where a header declares them too."""
+    source = tmp_path / "host.cpp"
+    source.write_text(inline_split.HOST_PRELUDE + (RUNTIME_TEMPLATE if declared_by_header else "")
+                      + inline_split.KERNEL_API_PRELUDE + KERNEL_API_USE)
+    gxx = subprocess.run(["g++", "-Wall", "-Werror", "-fsyntax-only", f"-isystem{CUDA_INCLUDE}", str(source)],
                          capture_output=True, text=True)
     assert gxx.returncode == 0, gxx.stderr[-2000:]
+
+
+def test_the_precompiled_header_directory_is_on_the_include_path_whether_or_not_it_is_built(monkeypatch, tmp_path):
+    """Build and eval workers must pass identical flags (or the eval worker rebuilds), even when the
+    headers are finished between the two."""
+    monkeypatch.setenv(fastbuild.PCH_ENV, str(tmp_path / "not-built-yet"))
+    arguments = dict(name="scale", cpp_sources="", cuda_sources="#include <torch/extension.h>\n" + KERNEL + WRAPPER)
+    assert fastbuild.split_arguments(arguments)["extra_include_paths"] == [str(tmp_path / "not-built-yet")]
+    assert fastbuild.stripped_arguments(arguments)["extra_include_paths"] == [str(tmp_path / "not-built-yet")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+def test_precompiled_header_variants_serve_builds_with_and_without_optimisation(tmp_path):
+    """Both variants are built with torch's extension flags, and g++ takes the one that matches:
+    `-H` marks a used precompiled header with '!'."""
+    import torch
+
+    built = fastbuild.build_precompiled_headers(tmp_path / "pch")
+    assert sorted(built) == sorted(fastbuild.PCH_VARIANTS)
+    assert fastbuild.build_precompiled_headers(tmp_path / "pch") == []  # ready: nothing to do
+    source = tmp_path / "main.cpp"
+    source.write_text("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }\n")
+    include = Path(torch.__file__).parent / "include"
+    flags = [f"-I{tmp_path / 'pch'}", "-DTORCH_API_INCLUDE_EXTENSION_H", f"-isystem{include}",
+             f"-isystem{include / 'torch' / 'csrc' / 'api' / 'include'}", f"-isystem{sysconfig.get_path('include')}",
+             "-fPIC", "-std=c++20"]
+    for optimisation, variant in (([], "plain"), (["-O3"], "optimized")):
+        gxx = subprocess.run(["c++", *flags, *optimisation, "-H", "-fsyntax-only", str(source)],
+                             capture_output=True, text=True)
+        assert gxx.returncode == 0, gxx.stderr[-2000:]
+        used = [line for line in gxx.stderr.splitlines() if line.startswith("!")]
+        assert used and used[0].endswith(f"{variant}.gch"), gxx.stderr[:500]

@@ -25,7 +25,10 @@ forms put DIR on the include path before torch's headers; g++ takes the first va
 
 A form that fails to build or import falls through to the next, so a candidate never fails because
 of this module; the build directory records the form that worked (`cuda_gym_build_form`), so the
-evaluation worker loads the same build without compiling again.
+evaluation worker loads the same build without compiling again. Each form builds under its own
+extension name (`<name>_split`, `<name>_stripped`, `<name>` as written): torch numbers a name's
+builds within a process (`<name>_v1` after a failed attempt), and a name that saw one source only
+gets the same library name in the eval worker, which tries only the form that worked.
 """
 from __future__ import annotations
 
@@ -56,17 +59,12 @@ def _flags(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value or [])
 
 
-def precompiled_header_dir() -> str | None:
-    """The precompiled-header directory the fast forms compile against, when it is ready."""
-    root = os.environ.get(PCH_ENV)
-    if root and all((Path(root) / "torch" / "extension.h.gch" / f"{v}.gch").exists() for v in PCH_VARIANTS):
-        return root
-    return None
-
-
 def _with_precompiled_header(arguments: dict[str, Any]) -> dict[str, Any]:
-    root = precompiled_header_dir()
-    if root is None:
+    """The arguments with the precompiled-header directory on the include path. Added whether or not
+    the headers are there yet (g++ skips what it cannot use), so the build worker and the eval
+    worker always pass the same flags and the eval worker never rebuilds."""
+    root = os.environ.get(PCH_ENV)
+    if not root:
         return arguments
     return {**arguments, "extra_include_paths": [*_sources(arguments.get("extra_include_paths")), root]}
 
@@ -85,8 +83,8 @@ def split_arguments(kwargs: dict[str, Any], supports_no_implicit_headers: bool =
     inline_split.check_flags(_flags(kwargs.get("extra_cuda_cflags")), _flags(kwargs.get("extra_cflags")))
     split = inline_split.split_cuda_source("\n".join(cuda_sources))
     cpp_sources = ["#include <torch/extension.h>", *_sources(kwargs.get("cpp_sources")), split.host_source]
-    return _with_precompiled_header({**kwargs, "cpp_sources": cpp_sources, "cuda_sources": [split.kernel_source],
-                                     "no_implicit_headers": True})
+    return _with_precompiled_header({**kwargs, "name": f"{kwargs.get('name')}_split", "cpp_sources": cpp_sources,
+                                     "cuda_sources": [split.kernel_source], "no_implicit_headers": True})
 
 
 def stripped_arguments(kwargs: dict[str, Any]) -> dict[str, Any] | None:
@@ -96,7 +94,9 @@ def stripped_arguments(kwargs: dict[str, Any]) -> dict[str, Any] | None:
     if not cuda_sources or any(_NEEDS_FULL_HEADER.search(s) for s in cuda_sources):
         return None
     stripped = [_EXTENSION_INCLUDE.sub("", s) for s in cuda_sources]
-    return _with_precompiled_header({**kwargs, "cuda_sources": stripped}) if stripped != cuda_sources else None
+    if stripped == cuda_sources:
+        return None
+    return _with_precompiled_header({**kwargs, "name": f"{kwargs.get('name')}_stripped", "cuda_sources": stripped})
 
 
 def build_forms(kwargs: dict[str, Any], supports_no_implicit_headers: bool = True,
@@ -173,7 +173,7 @@ def install(split: bool = True) -> None:
         kwargs = {**dict(zip(parameters, args)), **kwargs}
         build_dir = kwargs.get("build_directory") or os.path.join(
             os.environ.get("TORCH_EXTENSIONS_DIR", ""), str(kwargs.get("name", "")))
-        form_file = Path(build_dir) / FORM_FILE
+        form_file = Path(build_dir) / FORM_FILE  # the as-written build's directory; each form has its own
         forms = build_forms(kwargs, supports_no_implicit_headers, split)
         known = form_file.read_text().strip() if form_file.exists() else None
         if known:  # this candidate was built before: load that build, compile nothing
@@ -188,6 +188,7 @@ def install(split: bool = True) -> None:
             BUILD_FORMS[str(kwargs.get("name"))] = form
             if known != form:
                 try:
+                    form_file.parent.mkdir(parents=True, exist_ok=True)
                     form_file.write_text(form)
                 except OSError:
                     pass  # only costs a rebuild in the next process

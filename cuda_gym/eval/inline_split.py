@@ -46,22 +46,30 @@ static inline unsigned cuda_gym_push_launch(dim3 grid, dim3 block, size_t shared
                                             cudaStream_t stream = 0) {
     return __cudaPushCallConfiguration(grid, block, shared_bytes, stream);
 }
-// cuda_runtime.h declares these kernel-taking C++ overloads only for nvcc (__CUDACC__); the same
-// for g++ (its cudaLaunchKernel template is there for both): each passes the kernel (its host stub's address) to the C API.
-template <class T> static inline cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attribute, int value) {
+"""
+
+# cuda_runtime.h declares its kernel-taking C++ overloads (cudaFuncSetAttribute(kernel, ...)) only for
+# nvcc (__CUDACC__); host code that calls them gets these. Each takes a trailing empty pack, so where
+# a header does declare the plain template, that one is more specialised and wins: no redefinition.
+KERNEL_API_PRELUDE = """template <class T, class... Unused> static inline cudaError_t cudaFuncSetAttribute(
+        T* kernel, cudaFuncAttribute attribute, int value, Unused...) {
     return cudaFuncSetAttribute((const void*)kernel, attribute, value);
 }
-template <class T> static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, T* kernel) {
+template <class T, class... Unused> static inline cudaError_t cudaFuncGetAttributes(
+        cudaFuncAttributes* attributes, T* kernel, Unused...) {
     return cudaFuncGetAttributes(attributes, (const void*)kernel);
 }
-template <class T> static inline cudaError_t cudaFuncSetCacheConfig(T* kernel, cudaFuncCache config) {
+template <class T, class... Unused> static inline cudaError_t cudaFuncSetCacheConfig(
+        T* kernel, cudaFuncCache config, Unused...) {
     return cudaFuncSetCacheConfig((const void*)kernel, config);
 }
-template <class T> static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        int* blocks, T* kernel, int block_size, size_t shared_bytes) {
+template <class T, class... Unused> static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        int* blocks, T* kernel, int block_size, size_t shared_bytes, Unused...) {
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, (const void*)kernel, block_size, shared_bytes);
 }
 """
+_KERNEL_API_CALL = re.compile(r"\b(cudaFuncSetAttribute|cudaFuncGetAttributes|cudaFuncSetCacheConfig|"
+                              r"cudaOccupancyMaxActiveBlocksPerMultiprocessor)\s*\(")
 
 _DEVICE_WORDS = re.compile(r"\b(__device__|__constant__|__shared__|__managed__|__host__|__forceinline__|"
                            r"__noinline__|template)\b")
@@ -362,4 +370,6 @@ def split_cuda_source(source: str) -> Split:
         if used & device_names:
             raise NotSplittable(f"host code uses device symbols {sorted(used & device_names)}")
         host_parts[index] = _rewrite_launches(text, code, set(kernels))
+    if any(_KERNEL_API_CALL.search(code) for _, _, code in host_items):
+        host_parts.insert(1, KERNEL_API_PRELUDE)
     return Split("\n".join(kernel_parts) + "\n", "\n".join(host_parts) + "\n", sorted(kernels))
