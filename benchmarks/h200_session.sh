@@ -27,7 +27,7 @@ fi
 if [ "${CUDA_GYM_TIMER_HOLD:-0}" = 1 ] && ! timeout 120 python3 benchmarks/timer_check.py; then
   echo "TIMER CHECK FAILED: CUDA_GYM_TIMER_HOLD=0 for this session"; export CUDA_GYM_TIMER_HOLD=0
 fi
-[ "${GPU_TEST_S:-200}" -gt 0 ] && timeout "${GPU_TEST_S:-200}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 \
+[ "${GPU_TEST_S:-420}" -gt 0 ] && timeout "${GPU_TEST_S:-420}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 \
   | grep -v "^\s*$" | tee "$OUT/pytest_gpu.log" | tail -25
 [ "${SPEED_S:-220}" -gt 0 ] && timeout "${SPEED_S:-220}" python3 benchmarks/evaluation_speed.py --backend cuda --no-compile-baseline \
   --sections "${SECTIONS:-latency,throughput,fidelity,env}" --repeats "${REPEATS:-3}" \

@@ -84,6 +84,7 @@ torch::Tensor run(torch::Tensor y) {
     for shared in ("#define TILE 32", "constexpr int kThreads = 256;", "struct Params { int n; float s; };",
                    "#include <cuda_fp16.h>"):
         assert shared in split.kernel_source and shared in split.host_source, shared
+    assert split.host_source.rstrip().endswith("#undef TILE")  # the bindings that follow do not see it
     assert "twice" in split.kernel_source and "twice" not in split.host_source
     assert "void k(Params p, float* y);" in split.host_source  # __launch_bounds__ dropped from the stub
     assert "#include <torch/extension.h>" not in split.kernel_source
@@ -120,6 +121,19 @@ void run(const float* x, float* y) { scale_kernel<<<1, 1>>>(x, y); }
     ("__global__ void k(float* y) {}\nvoid other(float*);\nvoid run(float* y) { other<<<1, 1>>>(y); }", "launch"),
     ("extern \"C\" {\n__global__ void k(float* y) {}\n}", "extern block"),
     ("void run(float* y) { y[0] = 1; }", "no kernels"),
+    # Found in review: each of these split and compiled, but meant something else.
+    ("__global__ void k(float* y, char mode = 'x') { y[0] = mode; }\nconstexpr int kThreads = 32;\n"
+     "void run(float* y) { k<<<1, kThreads>>>(y); }", "default arguments"),
+    ("#define SCALE 2.0f\n// note \\\n/*\n#undef SCALE\n#define SCALE 3.0f\n// */\n"
+     "__global__ void k(float* y) { y[0] = SCALE; }\nvoid run(float* y) { k<<<1, 1>>>(y); }", "line splice"),
+    ('static const char* t = u8R"x(" /* )x";\n__global__ void k(float* y) {}\nvoid run(float* y) { k<<<1, 1>>>(y); }',
+     "prefixed"),
+    ("struct W { int v; operator int() const { return v; } };\n"
+     "__host__ __device__ inline W operator+(W a, W b) { return W{a.v * 2 + b.v}; }\n"
+     "__global__ void k(float* y) {}\nint run(float* y) { W a{1}, b{2}; k<<<1, 1>>>(y); return a + b; }", "operator"),
+    ("#include <cuda_fp16.h>\n__global__ void k(__half* y) {}\nvoid run(__half* y) { __half s = 2.5f; k<<<1, 1>>>(y); }",
+     "half"),
+    ("#pragma pack(1)\n__global__ void k(float* y) {}\nvoid run(float* y) { k<<<1, 1>>>(y); }", "pragma"),
 ])
 def test_what_cannot_be_split_with_certainty_is_refused(source, reason):
     with pytest.raises(NotSplittable, match=reason):
@@ -129,6 +143,7 @@ def test_what_cannot_be_split_with_certainty_is_refused(source, reason):
 def test_flags_that_could_change_host_code_are_refused():
     inline_split.check_flags(["-O3", "--use_fast_math", "-arch=sm_90", "-Xptxas", "-v", ""], ["-O3", ""])
     for cuda_flags, cxx_flags in ((["-DBLOCK=128"], []), (["--default-stream", "per-thread"], []),
+                                  (["-std=c++17"], []), ([], ["-std=c++17"]),
                                   (["-Xcompiler", "-fopenmp"], []), ([], ["-fopenmp"]), ([], ["-DX=1"]),
                                   ([], ["-ffast-math"])):
         with pytest.raises(NotSplittable):
@@ -140,6 +155,17 @@ def test_the_corpus_gets_its_expected_first_build_form(path):
     forms = [form for form, _ in fastbuild.build_forms(load_inline_arguments(path))]
     assert forms[0] == expected_form(path)
     assert forms[-1] == "as_written"
+
+
+def test_sources_that_use_the_extension_name_are_built_as_written_only():
+    """The fast forms build under their own names, which TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) would see."""
+    arguments = dict(name="ops", cpp_sources="TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {}",
+                     cuda_sources="#include <torch/extension.h>\n" + KERNEL + WRAPPER)
+    assert [form for form, _ in fastbuild.build_forms(arguments)] == ["as_written"]
+    arguments["cpp_sources"] = "torch::Tensor scale(torch::Tensor x, double s);"
+    assert [form for form, _ in fastbuild.build_forms(arguments)][0] == "split"
+    arguments["cpp_sources"] = "int pick(int v) { return v; }"  # definitions would share the host file
+    assert [form for form, _ in fastbuild.build_forms(arguments)][0] == "stripped"
 
 
 def test_a_failed_form_falls_through_and_the_build_directory_remembers_what_worked(tmp_path, monkeypatch):
@@ -260,9 +286,11 @@ def test_the_precompiled_header_directory_is_on_the_include_path_whether_or_not_
     """Build and eval workers must pass identical flags (or the eval worker rebuilds), even when the
     headers are finished between the two."""
     monkeypatch.setenv(fastbuild.PCH_ENV, str(tmp_path / "not-built-yet"))
+    root = str(fastbuild.precompiled_header_root(tmp_path / "not-built-yet"))
+    assert root.startswith(str(tmp_path / "not-built-yet" / "torch-"))
     arguments = dict(name="scale", cpp_sources="", cuda_sources="#include <torch/extension.h>\n" + KERNEL + WRAPPER)
-    assert fastbuild.split_arguments(arguments)["extra_include_paths"] == [str(tmp_path / "not-built-yet")]
-    assert fastbuild.stripped_arguments(arguments)["extra_include_paths"] == [str(tmp_path / "not-built-yet")]
+    assert fastbuild.split_arguments(arguments)["extra_include_paths"] == [root]
+    assert fastbuild.stripped_arguments(arguments)["extra_include_paths"] == [root]
 
 
 @pytest.mark.slow
@@ -278,7 +306,7 @@ def test_precompiled_header_variants_serve_builds_with_and_without_optimisation(
     source = tmp_path / "main.cpp"
     source.write_text("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }\n")
     include = Path(torch.__file__).parent / "include"
-    flags = [f"-I{tmp_path / 'pch'}", "-DTORCH_API_INCLUDE_EXTENSION_H", f"-isystem{include}",
+    flags = [f"-I{fastbuild.precompiled_header_root(tmp_path / 'pch')}", "-DTORCH_API_INCLUDE_EXTENSION_H", f"-isystem{include}",
              f"-isystem{include / 'torch' / 'csrc' / 'api' / 'include'}", f"-isystem{sysconfig.get_path('include')}",
              "-fPIC", "-std=c++20"]
     for optimisation, variant in (([], "plain"), (["-O3"], "optimized")):

@@ -228,8 +228,12 @@ class Evaluator:
                 return
             self._header_checked = True
             started = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "cuda_gym.eval.fastbuild", self._base_env("cuda")["CUDA_GYM_PCH_DIR"]],
-                                  capture_output=True, text=True, env=os.environ | self._base_env("cuda"), timeout=900)
+            try:
+                proc = subprocess.run([sys.executable, "-m", "cuda_gym.eval.fastbuild",
+                                       self._base_env("cuda")["CUDA_GYM_PCH_DIR"]],
+                                      capture_output=True, text=True, env=os.environ | self._base_env("cuda"), timeout=900)
+            except subprocess.TimeoutExpired:
+                proc = subprocess.CompletedProcess([], 1, "", "timed out after 900 s")
             if proc.returncode != 0 or "built nothing" not in proc.stdout:
                 state = "ready" if proc.returncode == 0 else f"failed ({proc.stderr.strip()[-300:]})"
                 print(f"cuda_gym: precompiled torch header for load_inline builds {state} after "
@@ -268,7 +272,9 @@ class Evaluator:
                 worker.kill()
         result.compile_seconds = round(time.monotonic() - started, 4)
         if "built" in outcome:
-            result.inline_build_forms = dict(outcome["built"].get("inline_build_forms") or {})
+            forms = outcome["built"].get("inline_build_forms")  # written by candidate-side code: bounded
+            if isinstance(forms, dict):
+                result.inline_build_forms = {str(k)[:100]: str(v)[:200] for k, v in list(forms.items())[:20]}
             marker.write_text(f"{backend} torch {self.torch_version}\n")
             self._trim_build_cache()
             return True

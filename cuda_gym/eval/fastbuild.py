@@ -18,7 +18,8 @@ it. cuda_gym keeps its own, outside torch's install and outside any worker's rea
 must not write what later candidates compile against): the evaluator builds it once per cache
 directory (`$CUDA_GYM_PCH_DIR`, `<cache>/pch`) before the first load_inline build, or run
 `python -m cuda_gym.eval.fastbuild DIR`. It is a GCC precompiled-header directory,
-`DIR/torch/extension.h.gch/`, with one variant without -O and one with -O3 (valid for -O1 to -O3):
+`DIR/torch-<version>-<install>/torch/extension.h.gch/` (one per torch, since g++ does not notice a
+stale .gch), with one variant without -O and one with -O3 (valid for -O1 to -O3):
 KernelBench candidates often pass `extra_cflags=["-O3"]`, which a single header built without -O
 does not serve (measured on the H200: the C++ file then took 24.3 s instead of 7.8 s). The fast
 forms put DIR on the include path before torch's headers; g++ takes the first valid variant.
@@ -41,6 +42,9 @@ from . import inline_split
 
 _EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"][ \t]*$", re.M)
 _NEEDS_FULL_HEADER = re.compile(r"PYBIND11|\bpy::|torch::nn\b|torch::autograd|torch::jit|torch::python")
+# The fast forms build under their own extension names; sources that use the name (other than for
+# the pybind module itself) or register ops are built as written only.
+_USES_EXTENSION_NAME = re.compile(r"TORCH_LIBRARY|(?<!PYBIND11_MODULE\()\bTORCH_EXTENSION_NAME\b")
 FORM_FILE = "cuda_gym_build_form"
 PCH_ENV = "CUDA_GYM_PCH_DIR"
 PCH_VARIANTS = {"plain": [], "optimized": ["-O3"]}  # g++ flags added to torch's, per variant
@@ -59,13 +63,25 @@ def _flags(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value or [])
 
 
+def precompiled_header_root(base: str | os.PathLike) -> Path:
+    """Where this torch's precompiled headers live under `base`: one directory per torch version and
+    install, since g++ does not notice that a .gch is older than the headers it was made from."""
+    import hashlib
+
+    import torch
+
+    install = hashlib.sha256(str(Path(torch.__file__).parent).encode()).hexdigest()[:10]
+    return Path(base) / f"torch-{torch.__version__}-{install}"
+
+
 def _with_precompiled_header(arguments: dict[str, Any]) -> dict[str, Any]:
     """The arguments with the precompiled-header directory on the include path. Added whether or not
     the headers are there yet (g++ skips what it cannot use), so the build worker and the eval
     worker always pass the same flags and the eval worker never rebuilds."""
-    root = os.environ.get(PCH_ENV)
-    if not root:
+    base = os.environ.get(PCH_ENV)
+    if not base:
         return arguments
+    root = str(precompiled_header_root(base))
     return {**arguments, "extra_include_paths": [*_sources(arguments.get("extra_include_paths")), root]}
 
 
@@ -81,6 +97,9 @@ def split_arguments(kwargs: dict[str, Any], supports_no_implicit_headers: bool =
     if any(_NEEDS_FULL_HEADER.search(s) for s in cuda_sources):
         raise inline_split.NotSplittable("the CUDA source uses pybind11 or the C++ frontend")
     inline_split.check_flags(_flags(kwargs.get("extra_cuda_cflags")), _flags(kwargs.get("extra_cflags")))
+    if any("{" in inline_split.mask(source) for source in _sources(kwargs.get("cpp_sources"))):
+        # Definitions there would share one file with the host wrappers (overloads, macros).
+        raise inline_split.NotSplittable("the C++ sources define code, not only declarations")
     split = inline_split.split_cuda_source("\n".join(cuda_sources))
     cpp_sources = ["#include <torch/extension.h>", *_sources(kwargs.get("cpp_sources")), split.host_source]
     return _with_precompiled_header({**kwargs, "name": f"{kwargs.get('name')}_split", "cpp_sources": cpp_sources,
@@ -104,6 +123,10 @@ def build_forms(kwargs: dict[str, Any], supports_no_implicit_headers: bool = Tru
     """The forms to try for one load_inline call, fastest first; the last is the call as written.
     Why the split is not among them is recorded in BUILD_FORMS."""
     forms: list[tuple[str, dict[str, Any]]] = []
+    every_source = _sources(kwargs.get("cpp_sources")) + _sources(kwargs.get("cuda_sources"))
+    if any(_USES_EXTENSION_NAME.search(source) for source in every_source):
+        BUILD_FORMS[f"{kwargs.get('name')}.not_split"] = "the sources use TORCH_EXTENSION_NAME or TORCH_LIBRARY"
+        return [("as_written", kwargs)]
     try:
         if split:
             forms.append(("split", split_arguments(kwargs, supports_no_implicit_headers)))
@@ -115,8 +138,8 @@ def build_forms(kwargs: dict[str, Any], supports_no_implicit_headers: bool = Tru
     return forms + [("as_written", kwargs)]
 
 
-def build_precompiled_headers(root: Path) -> list[str]:
-    """Build the precompiled-header variants into `root` (trusted context only: the evaluator, or
+def build_precompiled_headers(base: Path) -> list[str]:
+    """Build the precompiled-header variants under `base` (trusted context only: the evaluator, or
     `python -m cuda_gym.eval.fastbuild DIR`); returns the variants built. The flags are the ones
     torch's extension builds use, read from the build.ninja of a trivial extension."""
     import shlex
@@ -126,7 +149,7 @@ def build_precompiled_headers(root: Path) -> list[str]:
     import torch
     from torch.utils import cpp_extension
 
-    target = root / "torch" / "extension.h.gch"
+    target = precompiled_header_root(base) / "torch" / "extension.h.gch"
     missing = [v for v in PCH_VARIANTS if not (target / f"{v}.gch").exists()]
     if not missing:
         return []

@@ -76,6 +76,7 @@ _DEVICE_WORDS = re.compile(r"\b(__device__|__constant__|__shared__|__managed__|_
 _TORCH = re.compile(r"\b(torch|at|c10|pybind11|py)\s*::|\b(TORCH|AT|C10)_[A-Z_]+\b|\bPYBIND11")
 _TORCH_INCLUDE = re.compile(r"^\s*#\s*include\s*[<\"](torch|ATen|c10|pybind11|caffe2)/")
 _CONDITIONAL = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif|error|line)\b")
+_HALF_TYPES = re.compile(r"\b(__half2?|half2?|__nv_bfloat162?|nv_bfloat162?)\b")
 _DIRECTIVE_IN_ITEM = re.compile(r"^\s*#\s*(\w+)", re.M)
 _TYPE_DECLARATION = re.compile(r"^\s*(typedef|using|struct|class|union|enum|static_assert)\b")
 _CONSTANT = re.compile(r"\b(const|constexpr)\b")
@@ -84,11 +85,11 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 # nvcc flags that only affect device code (or nothing the host file would see differently).
 _DEVICE_ONLY_FLAG = re.compile(
     r"^(|-O[0-3s]?|-?-use_fast_math|--?generate-line-info|-lineinfo|--?expt-relaxed-constexpr|"
-    r"--?expt-extended-lambda|--?extended-lambda|-std=c\+\+\d\d|--?(gpu-)?arch[= ].*|-arch=.*|"
+    r"--?expt-extended-lambda|--?extended-lambda|--?(gpu-)?arch[= ].*|-arch=.*|"
     r"-gencode.*|--?ptxas-options.*|-Xptxas.*|-v|-res-usage|--?maxrregcount.*|--extra-device-vectorization|"
     r"-ftz=.*|-prec-div=.*|-prec-sqrt=.*|-fmad=.*|--ftz=.*|--prec-div=.*|--prec-sqrt=.*|--fmad=.*)$")
 # g++ flags that cannot change what the host wrappers compute.
-_PLAIN_CXX_FLAG = re.compile(r"^(|-O[0-3s]?|-std=c\+\+\d\d|-w|-W[\w=-]*|-g\d?|-fPIC|-pipe)$")
+_PLAIN_CXX_FLAG = re.compile(r"^(|-O[0-3s]?|-w|-W[\w=-]*|-g\d?|-fPIC|-pipe)$")
 
 
 class NotSplittable(ValueError):
@@ -102,9 +103,23 @@ class Split:
     kernels: list[str] = field(default_factory=list)
 
 
+def _check_line_splices(source: str) -> None:
+    """A backslash at a line's end joins lines before anything else is read; only directives may
+    use it here (elsewhere, e.g. ending a // comment, it would hide code from this scan)."""
+    continued = False
+    for line in source.split("\n"):
+        spliced = line.rstrip("\r").endswith("\\")
+        if spliced and not (continued or line.lstrip().startswith("#")):
+            raise NotSplittable("a line splice (backslash-newline) outside a preprocessor directive")
+        continued = spliced and (continued or line.lstrip().startswith("#"))
+
+
 def mask(source: str) -> str:
     """The source with comments and the contents of string and character literals blanked to
-    spaces (newlines kept), so positions match and code structure can be scanned safely."""
+    spaces (newlines kept), so positions match and code structure can be scanned safely. Raises
+    NotSplittable on what this scan does not model (line splices outside directives, prefixed raw
+    strings, prefixed character literals)."""
+    _check_line_splices(source)
     out = list(source)
     i, n = 0, len(source)
 
@@ -112,6 +127,12 @@ def mask(source: str) -> str:
         for k in range(start, end):
             if out[k] != "\n":
                 out[k] = " "
+
+    def word_before(position: int) -> str:
+        start = position
+        while start > 0 and (source[start - 1].isalnum() or source[start - 1] in "_."):
+            start -= 1
+        return source[start:position]
 
     while i < n:
         c = source[i]
@@ -125,20 +146,24 @@ def mask(source: str) -> str:
             end = n if end < 0 else end + 2
             blank(i, end)
             i = end
-        elif c == "R" and source.startswith('R"', i) and (i == 0 or not (source[i - 1].isalnum() or source[i - 1] == "_")):
-            open_paren = source.find("(", i + 2)
-            if open_paren < 0:
-                raise NotSplittable("unterminated raw string")
-            delimiter = ")" + source[i + 2:open_paren] + '"'
-            end = source.find(delimiter, open_paren)
-            if end < 0:
-                raise NotSplittable("unterminated raw string")
-            blank(i + 2, end + len(delimiter) - 1)
-            i = end + len(delimiter)
         elif c in "\"'":
-            if c == "'" and i > 0 and source[i - 1].isalnum():  # digit separator (1'000)
+            before = word_before(i)
+            if c == "'" and before and before[0].isdigit():  # digit separator (1'000)
                 i += 1
                 continue
+            if c == '"' and before == "R":
+                open_paren = source.find("(", i + 1)
+                if open_paren < 0:
+                    raise NotSplittable("unterminated raw string")
+                delimiter = ")" + source[i + 1:open_paren] + '"'
+                end = source.find(delimiter, open_paren)
+                if end < 0:
+                    raise NotSplittable("unterminated raw string")
+                blank(i + 1, end + len(delimiter) - 1)
+                i = end + len(delimiter)
+                continue
+            if before:  # u8"..", L'x', u8R"(..)", a user-defined literal suffix before a quote, ...
+                raise NotSplittable(f"a literal prefixed with {before!r}")
             k = i + 1
             while k < n and source[k] != c:
                 if source[k] == "\n":
@@ -148,6 +173,22 @@ def mask(source: str) -> str:
             i = k + 1
         else:
             i += 1
+    return "".join(out)
+
+
+def _outside_parentheses(text: str) -> str:
+    """`text` with what is inside () and [] blanked (same length), so the `=` of a default argument
+    or the contents of a subscript do not count as top level."""
+    out, depth = [], 0
+    for char in text:
+        if char in "([":
+            depth += 1
+            out.append(char if depth == 1 else " ")
+        elif char in ")]":
+            depth -= 1
+            out.append(char if depth == 0 else " ")
+        else:
+            out.append(char if depth == 0 else " ")
     return "".join(out)
 
 
@@ -198,7 +239,7 @@ def _chunks(masked: str) -> list[tuple[str, int, int]]:
             if depth < 0:
                 raise NotSplittable("unbalanced brackets")
             if c == "}" and depth == 0:
-                head = masked[start:masked.index("{", start)]
+                head = _outside_parentheses(masked[start:masked.index("{", start)])
                 if "(" not in head and not re.search(r"\b(struct|class|union|enum)\b|=", head):
                     raise NotSplittable("namespace or extern block")
                 if not re.search(r"\b(struct|class|union|enum)\b|=", head):
@@ -214,10 +255,12 @@ def _chunks(masked: str) -> list[tuple[str, int, int]]:
 
 
 def _head(masked_item: str) -> str:
-    """A declaration's text before its body or initializer."""
+    """A declaration's text before its body or initializer (an `=` inside parentheses, a default
+    argument, does not end it)."""
+    top = _outside_parentheses(masked_item)
     cut = len(masked_item)
     for char in "{=;":
-        position = masked_item.find(char)
+        position = top.find(char)
         if position >= 0:
             cut = min(cut, position)
     return masked_item[:cut]
@@ -263,8 +306,11 @@ def _kernel_declaration(text: str, code: str) -> tuple[str, str]:
     words = prefix.split()
     if len(words) != 3 or sorted(words[:2]) != ["__global__", "void"] or not _IDENTIFIER.fullmatch(words[2]):
         raise NotSplittable(f"kernel declaration not of the form `__global__ void name(...)`: {' '.join(words)}")
+    parameters = head[open_paren + 1:close_paren]
+    if "=" in parameters:
+        raise NotSplittable("a kernel with default arguments")
     linkage = 'extern "C" ' if extern_c else ""
-    return words[2], f"{linkage}void {words[2]}({head[open_paren + 1:close_paren]});"
+    return words[2], f"{linkage}void {words[2]}({text[open_paren + 1:close_paren]});"
 
 
 def _rewrite_launches(text: str, masked: str, kernels: set[str]) -> str:
@@ -313,6 +359,7 @@ def split_cuda_source(source: str) -> Split:
     kernels: dict[str, str] = {}
     device_names: set[str] = set()
     host_items: list[tuple[int, str, str]] = []  # (index in host_parts, text, masked text)
+    macros: list[str] = []  # defined by the source: undefined after the host part, before the bindings
 
     for kind, start, end in _chunks(masked):
         text, code = source[start:end], masked[start:end]
@@ -323,6 +370,11 @@ def split_cuda_source(source: str) -> Split:
                 raise NotSplittable("conditional compilation")
             if "<<<" in code:
                 raise NotSplittable("a kernel launch inside a macro")
+            if re.match(r"\s*#\s*pragma\b(?!\s*once\b)", code):
+                raise NotSplittable("a top-level #pragma (it would reach the bindings too)")
+            defined = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)", code)
+            if defined:
+                macros.append(defined.group(1))
             if not _TORCH_INCLUDE.match(code):
                 kernel_parts.append(text)
             host_parts.append(text)
@@ -347,6 +399,8 @@ def split_cuda_source(source: str) -> Split:
         elif _DEVICE_WORDS.search(code):
             if _TORCH.search(code):
                 raise NotSplittable("torch used in device code")
+            if re.search(r"\boperator\b", code):  # found implicitly (a + b), so no name check could see its use
+                raise NotSplittable("an operator defined in device or template code")
             name = _declared_name(_head(code))
             if name:
                 device_names.add(name)
@@ -366,10 +420,14 @@ def split_cuda_source(source: str) -> Split:
     if not kernels:
         raise NotSplittable("no kernels")
     for index, text, code in host_items:
+        if _HALF_TYPES.search(code):
+            raise NotSplittable("half or bfloat16 types in host code (nvcc compiles it with torch's "
+                                "__CUDA_NO_HALF_OPERATORS__-style macros, g++ without)")
         used = set(_IDENTIFIER.findall(code))
         if used & device_names:
             raise NotSplittable(f"host code uses device symbols {sorted(used & device_names)}")
         host_parts[index] = _rewrite_launches(text, code, set(kernels))
     if any(_KERNEL_API_CALL.search(code) for _, _, code in host_items):
         host_parts.insert(1, KERNEL_API_PRELUDE)
+    host_parts += [f"#undef {name}" for name in dict.fromkeys(macros)]
     return Split("\n".join(kernel_parts) + "\n", "\n".join(host_parts) + "\n", sorted(kernels))

@@ -31,7 +31,10 @@ median exceeded the held one by far more than the host issue time (0.18-0.27 ms 
 the GPU waking from idle, it seems), so the agreement check fell back to the open time and the
 spread got worse. The check needs a bound that allows for that without letting a candidate that
 computes elsewhere during the hold through, and the CUDA hostile catalogue has not yet run with
-held repeats on. Both are next.
+held repeats on. Known gaps to close first (from review): a candidate can tell a held repeat (its
+stream is busy) from an open one; held repeats are never audited; the issue-time credit is measured
+in the held repeats, where the candidate controls it; copy engines run during the hold, so CPU
+compute plus side-stream copies within the hold is not timed.
 """
 from __future__ import annotations
 
