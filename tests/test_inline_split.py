@@ -300,18 +300,21 @@ def test_precompiled_header_variants_serve_builds_with_and_without_optimisation(
     `-H` marks a used precompiled header with '!'."""
     import torch
 
-    built = fastbuild.build_precompiled_headers(tmp_path / "pch")
-    assert sorted(built) == sorted(fastbuild.PCH_VARIANTS)
-    assert fastbuild.build_precompiled_headers(tmp_path / "pch") == []  # ready: nothing to do
-    source = tmp_path / "main.cpp"
-    source.write_text("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }\n")
-    include = Path(torch.__file__).parent / "include"
-    flags = [f"-I{fastbuild.precompiled_header_root(tmp_path / 'pch')}", "-DTORCH_API_INCLUDE_EXTENSION_H", f"-isystem{include}",
-             f"-isystem{include / 'torch' / 'csrc' / 'api' / 'include'}", f"-isystem{sysconfig.get_path('include')}",
-             "-fPIC", "-std=c++20"]
-    for optimisation, variant in (([], "plain"), (["-O3"], "optimized")):
-        gxx = subprocess.run(["c++", *flags, *optimisation, "-H", "-fsyntax-only", str(source)],
-                             capture_output=True, text=True)
-        assert gxx.returncode == 0, gxx.stderr[-2000:]
-        used = [line for line in gxx.stderr.splitlines() if line.startswith("!")]
-        assert used and used[0].endswith(f"{variant}.gch"), gxx.stderr[:500]
+    try:
+        built = fastbuild.build_precompiled_headers(tmp_path / "pch")
+        assert sorted(built) == sorted(fastbuild.PCH_VARIANTS)
+        assert fastbuild.build_precompiled_headers(tmp_path / "pch") == []  # ready: nothing to do
+        source = tmp_path / "main.cpp"
+        source.write_text("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }\n")
+        include = Path(torch.__file__).parent / "include"
+        flags = [f"-I{fastbuild.precompiled_header_root(tmp_path / 'pch')}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+                 f"-isystem{include}", f"-isystem{include / 'torch' / 'csrc' / 'api' / 'include'}",
+                 f"-isystem{sysconfig.get_path('include')}", "-fPIC", "-std=c++20"]
+        for optimisation, variant in (([], "plain"), (["-O3"], "optimized")):
+            gxx = subprocess.run(["c++", *flags, *optimisation, "-H", "-fsyntax-only", str(source)],
+                                 capture_output=True, text=True)
+            assert gxx.returncode == 0, gxx.stderr[-2000:]
+            used = [line for line in gxx.stderr.splitlines() if line.startswith("!")]
+            assert used and used[0].endswith(f"{variant}.gch"), gxx.stderr[:500]
+    finally:
+        shutil.rmtree(tmp_path / "pch", ignore_errors=True)  # about 1.5 GB
