@@ -220,18 +220,18 @@ class Evaluator:
     # -------------------------------------------------------------------------------------- build
     def _prepare_precompiled_header(self) -> None:
         """Build cuda_gym's precompiled torch/extension.h ($CUDA_GYM_PCH_DIR, else `<cache>/pch`;
-        fastbuild.py) once, here,
-        outside any sandbox, before the first load_inline build: the fast forms compile their C++
-        file against it (7.8 s instead of 16-24 s on the H200). Workers read it, never write it."""
+        fastbuild.py) once, here, outside any sandbox, before the first load_inline build: the fast
+        forms compile their C++ file against it (7.8 s instead of 16-24 s on the H200). Workers
+        read it, never write it."""
         with self._header_lock:
             if self._header_checked:
                 return
             self._header_checked = True
             started = time.monotonic()
+            env = os.environ | self._base_env("cuda")
             try:
-                proc = subprocess.run([sys.executable, "-m", "cuda_gym.eval.fastbuild",
-                                       self._base_env("cuda")["CUDA_GYM_PCH_DIR"]],
-                                      capture_output=True, text=True, env=os.environ | self._base_env("cuda"), timeout=900)
+                proc = subprocess.run([sys.executable, "-m", "cuda_gym.eval.fastbuild", env["CUDA_GYM_PCH_DIR"]],
+                                      capture_output=True, text=True, env=env, timeout=900)
             except subprocess.TimeoutExpired:
                 proc = subprocess.CompletedProcess([], 1, "", "timed out after 900 s")
             if proc.returncode != 0 or "built nothing" not in proc.stdout:

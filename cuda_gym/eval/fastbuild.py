@@ -59,10 +59,6 @@ def _sources(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _flags(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else list(value or [])
-
-
 def precompiled_header_root(base: str | os.PathLike) -> Path:
     """Where this torch's precompiled headers live under `base`: one directory per torch version and
     install, since g++ does not notice that a .gch is older than the headers it was made from."""
@@ -96,7 +92,7 @@ def split_arguments(kwargs: dict[str, Any], supports_no_implicit_headers: bool =
         raise inline_split.NotSplittable("no_implicit_headers or SYCL sources given")
     if any(_NEEDS_FULL_HEADER.search(s) for s in cuda_sources):
         raise inline_split.NotSplittable("the CUDA source uses pybind11 or the C++ frontend")
-    inline_split.check_flags(_flags(kwargs.get("extra_cuda_cflags")), _flags(kwargs.get("extra_cflags")))
+    inline_split.check_flags(_sources(kwargs.get("extra_cuda_cflags")), _sources(kwargs.get("extra_cflags")))
     if any("{" in inline_split.mask(source) for source in _sources(kwargs.get("cpp_sources"))):
         # Definitions there would share one file with the host wrappers (overloads, macros).
         raise inline_split.NotSplittable("the C++ sources define code, not only declarations")

@@ -96,9 +96,8 @@ def prepare_hold() -> bool:
     global _hold
     if _hold is not None:
         return bool(_hold)
-    entry: tuple | bool = False
+    _hold = False
     if os.environ.get("CUDA_GYM_TIMER_HOLD", "0") != "1":  # opt-in until it passes the GPU checks (docstring)
-        _hold = False
         return False
     try:
         properties = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -110,11 +109,15 @@ def prepare_hold() -> bool:
 
             library = load_kernels(cuda=HOLD_SOURCE, functions=[
                 "int cuda_gym_hold_gpu(int64_t nanoseconds, int blocks, int shared_bytes, cudaStream_t stream)"])
-            entry = (library.cuda_gym_hold_gpu._cfunc, properties.multi_processor_count * per_sm, shared)
+            _hold = (library.cuda_gym_hold_gpu._cfunc, properties.multi_processor_count * per_sm, shared)
     except Exception:  # noqa: BLE001 - no hold: open repeats only, still a sound measurement
-        entry = False
-    _hold = entry
-    return bool(entry)
+        _hold = False
+    return bool(_hold)
+
+
+def _escaped(extra_ms: float, median_ms: float) -> bool:
+    """More time than launch overhead outside the current stream's events: work escaped it."""
+    return extra_ms > 0.05 + 0.25 * median_ms
 
 
 def _stats(samples_ms: Sequence[float], method: str) -> TimingStats:
@@ -164,18 +167,20 @@ class Timer:
         flags: list[str] = []
         chooser = random.SystemRandom()
         hold = _hold if self.device == "cuda" and _hold else None
-        issue_ms: list[float] = []  # host time to issue a warm-up call (GPU idle, so it may include waits)
+        issue_ms: list[float] = []  # held repeats only: host time to issue a warm-up call (may include waits)
         with _no_grad():
             for index in range(self.warmup_reps):
                 load_set((self.reps + index) % sets)
-                self._sync()
+                if hold:
+                    self._sync()
                 t0 = _perf_counter_ns()
                 if audit is not None:
                     with audit():
                         fn(*live_inputs)
                 else:
                     fn(*live_inputs)
-                issue_ms.append((_perf_counter_ns() - t0) / 1e6)
+                if hold:
+                    issue_ms.append((_perf_counter_ns() - t0) / 1e6)
             self._sync()
             hold_ns = int(1e6 * min(HOLD_MS[1], max(HOLD_MS[0], 3 * max(issue_ms, default=0.0))))
             open_target = max(1, round(self.reps * OPEN_SHARE)) if hold else self.reps
@@ -242,13 +247,13 @@ class Timer:
             return _stats(wall_ms, "wall"), flags, sums
         event_stats = _stats(event_ms, "cuda_event")
         wall_stats = _stats(wall_ms, "wall+device_sync")
-        if wall_stats.median_ms - event_stats.median_ms > 0.05 + 0.25 * event_stats.median_ms:
+        if _escaped(wall_stats.median_ms - event_stats.median_ms, event_stats.median_ms):
             flags.append(UNTRACKED_WORK_FLAG)
             return wall_stats, flags, sums
         if not held_ms:
             return event_stats, flags, sums
         held_stats = _stats(held_ms, "cuda_event_held")
-        if statistics.median(held_tail_ms) > 0.05 + 0.25 * held_stats.median_ms:
+        if _escaped(statistics.median(held_tail_ms), held_stats.median_ms):
             flags.append(UNTRACKED_WORK_FLAG)
             return wall_stats, flags, sums
         credit = min(statistics.median(held_issue_ms), 0.5 * event_stats.median_ms)

@@ -264,9 +264,9 @@ def _time_reference(setup: _TaskSetup, device: str, config: dict, probe: _Probe)
     per call (input set k mod sets, each tensor rotated by a secret random shift, so nothing can be
     cached across calls or precomputed). Returns the variants for the candidate's timer (as many
     timed calls as the reference made within the timing budget, then the warm-up inputs), the
-    reference's checksum per timed call and its TimingStats. The candidate's speedup
-    is measured against this time: both run in one process, seconds apart, so what a fresh process
-    changes (memory placement, clocks) applies to both."""
+    reference's checksum per timed call and its TimingStats, which the candidate's speedup is
+    measured against. (Timing both in one process was meant to cancel what differs between fresh
+    processes; on the H200 it did not narrow the spread: docs/benchmarks.md.)"""
     chooser = random.SystemRandom()
     warmup = config["warmup_reps"]
     variants = []
