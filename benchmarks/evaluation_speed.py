@@ -29,6 +29,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from cuda_gym.eval import EvalConfig, Evaluator
+from cuda_gym.eval.config import held_timing_enabled
 from cuda_gym.tasks import get_task, load_suite, solution_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +145,7 @@ def section_fidelity(evaluator: Evaluator, backend: str, repeats: int, task_ids:
     rows = {}
     for task in [t for t in solved_tasks(backend, (1, 2, 3)) if t.id in task_ids]:
         source = solution_path(task, backend).read_text()
-        speedups, times, iqrs, reps, methods, flags = [], [], [], [], [], []
+        speedups, times, iqrs, reps, methods, flags, details = [], [], [], [], [], [], []
         for _ in tqdm(range(repeats), desc=f"fidelity {task.id}"):
             result = evaluator.evaluate(task, source)
             if result.ok:
@@ -154,9 +155,10 @@ def section_fidelity(evaluator: Evaluator, backend: str, repeats: int, task_ids:
                 reps.append(result.candidate_time.reps)
                 methods.append(result.candidate_time.method)
                 flags.append(result.flags)
+                details.append(result.candidate_time.detail)
         if speedups:
             rows[task.id] = {"candidate_ms": times, "iqr_ms": iqrs, "reps": reps, "methods": methods, "flags": flags,
-                             "speedup_vs_eager": speedups,
+                             "timer_detail": details, "speedup_vs_eager": speedups,
                              "speedup_spread": max(speedups) / min(speedups) - 1,
                              "time_spread": max(times) / min(times) - 1}
     return rows
@@ -217,7 +219,7 @@ def main() -> None:
             "hardware": {"device": evaluator.device_name, "cpu_count": os.cpu_count(), "machine": platform.machine()},
             "versions": {"torch": torch.__version__, "python": platform.python_version()},
             "config": {"baselines": list(config.baselines), "timing_reps": config.timing_reps,
-                       "correctness_trials": config.correctness_trials},
+                       "correctness_trials": config.correctness_trials, "held_timing": held_timing_enabled()},
         }
         runs = {
             "latency": lambda: section_latency(evaluator, args.backend, args.repeats,

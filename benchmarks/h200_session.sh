@@ -23,8 +23,8 @@ fi
 [ "${STABILITY_S:-0}" -gt 0 ] && timeout "${STABILITY_S}" python3 benchmarks/timing_stability.py --processes 8 --out "$OUT" 2>&1 | tail -14
 [ "${PCH:-0}" = 1 ] && python3 -m cuda_gym.eval.fastbuild "$CUDA_GYM_PCH_DIR" | tail -1  # precompiled headers (trusted)
 [ "${PCH:-0}" = bg ] && (python3 -m cuda_gym.eval.fastbuild "$CUDA_GYM_PCH_DIR" > "$OUT/pch.log" 2>&1 &)
-# Held repeats (opt-in, CUDA_GYM_TIMER_HOLD=1): check them first; if they fail, the session runs without.
-if [ "${CUDA_GYM_TIMER_HOLD:-0}" = 1 ] && ! timeout 120 python3 benchmarks/timer_check.py; then
+# Held timer repeats (on unless CUDA_GYM_TIMER_HOLD=0): check them first; if they fail, the session runs without.
+if [ "${CUDA_GYM_TIMER_HOLD:-1}" != 0 ] && ! timeout 120 python3 benchmarks/timer_check.py; then
   echo "TIMER CHECK FAILED: CUDA_GYM_TIMER_HOLD=0 for this session"; export CUDA_GYM_TIMER_HOLD=0
 fi
 [ "${GPU_TEST_S:-420}" -gt 0 ] && timeout "${GPU_TEST_S:-420}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 \

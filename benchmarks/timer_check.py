@@ -1,12 +1,11 @@
 """A quick check of cuda_gym's Timer on the GPU (seconds): loads the hold kernel, times gelu at the
-built-in task size open and held (CUDA_GYM_TIMER_HOLD=1), and prints what was reported. Exits 1
-when the held path fails.
+built-in task size with held repeats, and prints what was reported. Exits 1 when the held path
+fails (then run the session with CUDA_GYM_TIMER_HOLD=0: every repeat open).
 
     python benchmarks/timer_check.py
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
@@ -16,7 +15,6 @@ from cuda_gym.eval.timing import Timer, prepare_hold
 
 
 def main() -> int:
-    os.environ.setdefault("CUDA_GYM_TIMER_HOLD", "1")  # the held repeats are opt-in
     ready = prepare_hold()
     x = torch.randn(8192, 8192, device="cuda")
     live = [x.clone()]
@@ -25,7 +23,7 @@ def main() -> int:
     stats, flags, sums = timer.run(F.gelu, live, lambda k: live[0].copy_(sets[k]), 3,
                                    lambda out: [float(out.sum())])
     print(f"hold ready: {ready}; reported {stats.method} median {stats.median_ms:.4f} ms "
-          f"(iqr {stats.iqr_ms:.4f}, {stats.reps} reps), flags {flags}, {len(sums)} checksums")
+          f"(iqr {stats.iqr_ms:.4f}, {stats.reps} reps), flags {flags}, {len(sums)} checksums, {stats.detail}")
     return 0 if ready and stats.method == "cuda_event_held" and len(sums) >= 10 else 1
 
 

@@ -62,7 +62,7 @@ def test_the_load_inline_corpus_passes_in_its_expected_build_form(cuda_evaluator
     problems = {}
     for name, (form, future) in futures.items():
         result = future.result()
-        built_as = {k: v for k, v in result.inline_build_forms.items() if not k.endswith(".not_split")}
+        built_as = {k: v for k, v in result.inline_build_forms.items() if "." not in k}  # not the reasons
         print(f"{name}: {result.error_code.value}, built {result.inline_build_forms}, compile "
               f"{result.compile_seconds:.1f} s, x{result.speedup_vs_eager or 0:.2f} vs eager")
         if not result.ok:

@@ -5,6 +5,8 @@ Each file's docstring declares, one per line:
     TASK: builtin/L1/gelu
     EXPECTED: FORBIDDEN          (an ErrorCode, or OK_NOT_FASTER: correct, but no faster than the
                                   honest reference solution: the trick gains nothing)
+    FLAG: a | b                  (optional: the result must carry one of these flags, which says the
+                                  defence fired rather than the trick failing on its own)
     KNOWN_GAP: why it is not caught (optional: the test is then an expected failure, strict, so
                fixing the gap makes it fail until the file is updated)
 `cpu_*` files run here on the CPU evaluator; `cuda_*` files need a GPU (`-m gpu`).
@@ -131,6 +133,9 @@ def judge_hostile(evaluator: Evaluator, path: Path, backend: str, cache_dir: str
         assert result.error_code is ErrorCode(expected), f"{path.name}: expected {expected}, got {short(result)}"
         assert result.message, "every failure explains itself"
         assert not result.correct
+    if "flag" in fields:
+        wanted = {flag.strip() for flag in fields["flag"].split("|")}
+        assert wanted & set(result.flags), f"{path.name}: expected one of the flags {sorted(wanted)}, got {result.flags}"
 
     leftovers = leaked(before_processes, cache_dir)
     assert not leftovers, f"{path.name} left processes behind: {leftovers}"

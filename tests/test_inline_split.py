@@ -293,6 +293,36 @@ def test_the_precompiled_header_directory_is_on_the_include_path_whether_or_not_
     assert fastbuild.stripped_arguments(arguments)["extra_include_paths"] == [root]
 
 
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+def test_a_header_included_twice_or_without_a_usable_variant_goes_on_to_torchs_own(tmp_path):
+    """g++ looks for the header itself beside a precompiled-header directory it found but cannot use
+    (for a second #include, or flags no variant matches) and stops there if it is missing: every
+    split host file that includes torch/extension.h failed that way on the H200. The forwarding
+    header beside the variants sends g++ on to the real header. (A small header stands in for
+    torch's here.)"""
+    real = tmp_path / "include" / "torch" / "extension.h"
+    real.parent.mkdir(parents=True)
+    real.write_text("#pragma once\nstruct Tensor { int value; };\ninline int twice(int x) { return 2 * x; }\n")
+    root = tmp_path / "pch"
+    (root / "torch" / "extension.h.gch").mkdir(parents=True)
+    made = subprocess.run(["c++", "-std=c++17", "-fPIC", "-x", "c++-header", str(real), "-o",
+                           str(root / "torch" / "extension.h.gch" / "plain.gch")], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    source = tmp_path / "main.cpp"
+    source.write_text("#include <torch/extension.h>\nint f();\n#include <torch/extension.h>\n"
+                      "int f() { return twice(Tensor{3}.value); }\n")
+
+    def compile_(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["c++", "-std=c++17", "-fPIC", *flags, f"-I{root}", f"-isystem{tmp_path / 'include'}",
+                               "-fsyntax-only", str(source)], capture_output=True, text=True)
+
+    assert "No such file" in compile_().stderr  # what the H200 showed, without the forwarding header
+    fastbuild._write_forwarding_header(root / "torch" / "extension.h")
+    for flags in ([], ["-O2"]):  # the variant used for the first include; no variant at all
+        result = compile_(*flags)
+        assert result.returncode == 0, result.stderr[-2000:]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 def test_precompiled_header_variants_serve_builds_with_and_without_optimisation(tmp_path):
@@ -304,8 +334,11 @@ def test_precompiled_header_variants_serve_builds_with_and_without_optimisation(
         built = fastbuild.build_precompiled_headers(tmp_path / "pch")
         assert sorted(built) == sorted(fastbuild.PCH_VARIANTS)
         assert fastbuild.build_precompiled_headers(tmp_path / "pch") == []  # ready: nothing to do
+        root = fastbuild.precompiled_header_root(tmp_path / "pch")
+        assert (root / "torch" / "extension.h").read_text() == fastbuild.FORWARDING_HEADER
         source = tmp_path / "main.cpp"
-        source.write_text("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }\n")
+        source.write_text("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }\n"
+                          "#include <torch/extension.h>\n")  # a second include goes through the forwarding header
         include = Path(torch.__file__).parent / "include"
         flags = [f"-I{fastbuild.precompiled_header_root(tmp_path / 'pch')}", "-DTORCH_API_INCLUDE_EXTENSION_H",
                  f"-isystem{include}", f"-isystem{include / 'torch' / 'csrc' / 'api' / 'include'}",

@@ -272,8 +272,7 @@ def _timing_lines(result: EvalResult, command: str) -> list[str]:
             lines.append(f"Time: {_fmt_ms(cand.median_ms)} median over {cand.reps} calls "
                          f"(min {_fmt_ms(cand.min_ms)}, IQR {_fmt_ms(cand.iqr_ms)}, {cand.method})")
     if command in ("eval", "submit"):
-        # Speedups are measured in the candidate's worker: show the baselines on that footing,
-        # so time / time matches the speedup.
+        # The cached baseline medians the speedups were computed from, so time / time matches.
         baseline = result.baseline_ms()
         for name, ms, speedup in (("PyTorch eager", baseline["eager"], result.speedup_vs_eager),
                                   ("torch.compile", baseline["compile"], result.speedup_vs_compile)):

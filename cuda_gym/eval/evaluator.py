@@ -204,10 +204,7 @@ class Evaluator:
 
     @staticmethod
     def _set_speedups(result: EvalResult, config: EvalConfig) -> None:
-        """Speedups against the configured baselines, measured within the candidate's worker: eager
-        PyTorch was timed there just before the candidate loaded (`eager_time_in_worker`), on the
-        same inputs with the same timer. The torch.compile speedup carries the cached compile/eager
-        ratio over to that worker (see `EvalResult.baseline_ms`)."""
+        """Speedups against the configured baselines' cached times (`EvalResult.baseline_ms`)."""
         candidate_ms = result.candidate_time.median_ms
         if candidate_ms <= 0:
             return  # no meaningful ratio from a zero time
@@ -274,7 +271,7 @@ class Evaluator:
         if "built" in outcome:
             forms = outcome["built"].get("inline_build_forms")  # written by candidate-side code: bounded
             if isinstance(forms, dict):
-                result.inline_build_forms = {str(k)[:100]: str(v)[:200] for k, v in list(forms.items())[:20]}
+                result.inline_build_forms = {str(k)[:100]: str(v)[:600] for k, v in list(forms.items())[:20]}
             marker.write_text(f"{backend} torch {self.torch_version}\n")
             self._trim_build_cache()
             return True
@@ -458,7 +455,7 @@ class _Judgement:
             return self.verdict(ErrorCode.FORBIDDEN, "the worker sent a second reference message: "
                                 "candidate code wrote to the worker's channel")
         self.limits_not_applied = list(message.meta.get("limits_not_applied", []))
-        # When each part of the reference stage ended (setup, describe, eager_timing).
+        # When each part of the reference stage ended (setup, describe, checksums).
         ended = self.result.stage_seconds.get("reference", 0.0) - float(message.meta.get("seconds", 0.0))
         for part, seconds in dict(message.meta.get("parts_s", {})).items():
             ended += float(seconds)
@@ -470,8 +467,6 @@ class _Judgement:
             offset += len(specs)
         self.distributions = message.meta.get("distributions", [])
         self.timing_checksums = message.meta.get("timing_checksums", [])
-        if message.meta.get("eager"):
-            self.result.eager_time_in_worker = TimingStats(**message.meta["eager"])
         reason = degeneracy(self.reference[: self.config.correctness_trials])
         if reason:
             self.result.flags.append("degenerate_task")

@@ -22,7 +22,11 @@ directory (`$CUDA_GYM_PCH_DIR`, `<cache>/pch`) before the first load_inline buil
 stale .gch), with one variant without -O and one with -O3 (valid for -O1 to -O3):
 KernelBench candidates often pass `extra_cflags=["-O3"]`, which a single header built without -O
 does not serve (measured on the H200: the C++ file then took 24.3 s instead of 7.8 s). The fast
-forms put DIR on the include path before torch's headers; g++ takes the first valid variant.
+forms put DIR on the include path before torch's headers; g++ takes the first valid variant. A
+forwarding `torch/extension.h` beside the variants sends g++ on to torch's own header whenever it
+cannot use one (a second #include, flags no variant matches, a variant still being built): without
+it g++ stops with "No such file", which made every split host file that included the header fall
+back to the stripped form on the H200 (session 4).
 
 A form that fails to build or import falls through to the next, so a candidate never fails because
 of this module; the build directory records the form that worked (`cuda_gym_build_form`), so the
@@ -49,7 +53,8 @@ FORM_FILE = "cuda_gym_build_form"
 PCH_ENV = "CUDA_GYM_PCH_DIR"
 PCH_VARIANTS = {"plain": [], "optimized": ["-O3"]}  # g++ flags added to torch's, per variant
 # What each load_inline call in this process was built as: {name: "split" | "stripped" | "as_written"}
-# plus, under "<name>.not_split", why the split was not used. The build worker reports it.
+# plus, under "<name>.not_split", why the split was not used, and under "<name>.<form>_failed", how a
+# form that was tried failed. The build worker reports it.
 BUILD_FORMS: dict[str, str] = {}
 
 
@@ -134,6 +139,23 @@ def build_forms(kwargs: dict[str, Any], supports_no_implicit_headers: bool = Tru
     return forms + [("as_written", kwargs)]
 
 
+FORWARDING_HEADER = """\
+// cuda_gym: beside extension.h.gch, the precompiled variants of torch's header. g++ reads this file
+// when it cannot use one (a second #include, flags no variant matches, a variant still being built);
+// without it g++ would stop here with "No such file" instead of going on to torch's own header.
+#include_next <torch/extension.h>
+"""
+
+
+def _write_forwarding_header(path: Path) -> None:
+    if path.exists() and path.read_text() == FORWARDING_HEADER:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".extension.h.{os.getpid()}.tmp")
+    partial.write_text(FORWARDING_HEADER)
+    os.replace(partial, path)
+
+
 def build_precompiled_headers(base: Path) -> list[str]:
     """Build the precompiled-header variants under `base` (trusted context only: the evaluator, or
     `python -m cuda_gym.eval.fastbuild DIR`); returns the variants built. The flags are the ones
@@ -146,6 +168,7 @@ def build_precompiled_headers(base: Path) -> list[str]:
     from torch.utils import cpp_extension
 
     target = precompiled_header_root(base) / "torch" / "extension.h.gch"
+    _write_forwarding_header(target.parent / "extension.h")
     missing = [v for v in PCH_VARIANTS if not (target / f"{v}.gch").exists()]
     if not missing:
         return []
@@ -177,6 +200,13 @@ def build_precompiled_headers(base: Path) -> list[str]:
     return missing
 
 
+def _failure_summary(exc: BaseException, limit: int = 600) -> str:
+    """Why a fast form failed, in a few lines: the compiler's first error lines, else the message's end."""
+    text = f"{type(exc).__name__}: {exc}"
+    errors = [line.strip() for line in text.splitlines() if re.search(r"\berror\b|undefined symbol", line, re.I)]
+    return (" | ".join(errors[:3]) if errors else text[-limit:])[:limit]
+
+
 def install(split: bool = True) -> None:
     """Route `torch.utils.cpp_extension.load_inline` through the accelerated build (worker-only;
     `split=False` only for benchmarks comparing the forms)."""
@@ -200,9 +230,10 @@ def install(split: bool = True) -> None:
         for index, (form, arguments) in enumerate(forms):
             try:
                 module = original(**arguments)
-            except Exception:  # noqa: BLE001 - a failed fast form means: try the next, as written last
+            except Exception as exc:  # noqa: BLE001 - a failed fast form means: try the next, as written last
                 if index == len(forms) - 1:
                     raise
+                BUILD_FORMS[f"{kwargs.get('name')}.{form}_failed"] = _failure_summary(exc)
                 continue
             BUILD_FORMS[str(kwargs.get("name"))] = form
             if known != form:

@@ -199,6 +199,30 @@ _FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _WATCHED_EVENTS = _DENIED_EVENTS | {"sys._getframe", "object.__getattr__", "object.__setattr__", "ctypes.dlsym"}
 
 
+_prescanned: set[types.CodeType] = set()
+
+
+def _walk_code(codes: list[types.CodeType], known: set[types.CodeType]) -> None:
+    """Add `codes` and the code nested in them (functions defined inside) to `known`; what is
+    known already is not walked again."""
+    code_type = types.CodeType
+    new = set(codes) - known
+    while new:
+        known |= new
+        new = {c for code in new for c in code.co_consts if type(c) is code_type} - known
+
+
+def prescan_code() -> None:
+    """Walk the code of every function that exists now, then freeze the collector's objects
+    (`gc.freeze`: later collections and `gc.get_objects` skip them), so that arming the tripwire
+    walks only what is newer: 0.25 s less on a job's critical path, and collections during the
+    timed calls traverse fewer objects. Call it before any candidate code exists in the process
+    (a worker does, while it is a spare): whatever it finds is taken for the evaluator's code."""
+    if Tripwire._armed is None:
+        _walk_code([o.__code__ for o in gc.get_objects() if type(o) is types.FunctionType], _prescanned)
+        gc.freeze()
+
+
 class Tripwire:
     """A process-wide audit hook, armed right before candidate code is loaded (hooks cannot be
     removed). Code objects that exist at arming time are the evaluator's and its libraries';
@@ -226,17 +250,13 @@ class Tripwire:
         import traceback
         import typing
 
-        known: set[types.CodeType] = set()
+        known = set(_prescanned)  # walked already (`prescan_code`, while the worker was a spare)
         stack = [o.__code__ for o in gc.get_objects() if type(o) is types.FunctionType]
         for frame in sys._current_frames().values():  # module-level code of running frames too
             while frame is not None:
                 stack.append(frame.f_code)
                 frame = frame.f_back
-        while stack:
-            code = stack.pop()
-            if code not in known:
-                known.add(code)
-                stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        _walk_code(stack, known)
 
         def codes_of(*objects: Any) -> set[types.CodeType]:
             found = set()

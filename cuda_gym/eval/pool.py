@@ -212,22 +212,27 @@ class Worker:
         return ("[...]\n" + text) if size > limit else text
 
     def kill(self) -> None:
-        """Kill the worker and everything in its process group; remove its scratch directory."""
+        """Kill the worker and everything in its process group. The process is reaped and its
+        scratch directory removed in the background (a CUDA process takes a while to exit, and
+        the job's result need not wait for that); `wait_for_reaped` waits for it."""
         pid = self.process.pid
-        if pid is not None and self.process.exitcode is None:
-            try:
+        if pid is not None:
+            try:  # the worker, or, once it exited, anything it left in its group
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            try:
-                self.process.kill()
-            except (OSError, ValueError):
-                pass
-        elif pid is not None:
-            try:  # the worker exited; anything it left in its group goes too
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            if self.process.exitcode is None:
+                try:
+                    self.process.kill()
+                except (OSError, ValueError):
+                    pass
+        reaper = threading.Thread(target=self._reap, name="cuda_gym-reaper", daemon=True)
+        reaper.start()
+        with _reapers_lock:
+            _reapers[:] = [thread for thread in _reapers if thread.is_alive()]
+            _reapers.append(reaper)
+
+    def _reap(self) -> None:
         self.process.join(timeout=10)
         try:
             self.conn.close()
@@ -238,6 +243,19 @@ class Worker:
         except ValueError:
             pass
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+_reapers: list[threading.Thread] = []
+_reapers_lock = threading.Lock()
+
+
+def wait_for_reaped(timeout_s: float = 15.0) -> None:
+    """Wait until every killed worker has been reaped and its scratch directory removed."""
+    deadline = time.monotonic() + timeout_s
+    with _reapers_lock:
+        pending, _reapers[:] = list(_reapers), []
+    for reaper in pending:
+        reaper.join(max(0.0, deadline - time.monotonic()))
 
 
 class WorkerPool:
@@ -297,6 +315,7 @@ class WorkerPool:
             spares, self._spares = list(self._spares.values()), {}
         for worker in spares:
             worker.kill()
+        wait_for_reaped()
 
 
 def run_job(worker: Worker, job: dict[str, Any], timeout_s: float,

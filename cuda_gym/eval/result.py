@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-RESULT_SCHEMA_VERSION = 1
+RESULT_SCHEMA_VERSION = 2  # 2: eager_time_in_worker removed, TimingStats.detail added
 
 
 class ErrorCode(str, enum.Enum):
@@ -35,7 +35,10 @@ class TimingStats:
     max_ms: float
     iqr_ms: float
     reps: int
-    method: str  # how it was measured, e.g. "cuda_event+device_sync" or "wall+device_sync"
+    method: str  # how it was measured, e.g. "cuda_event_held", "cuda_event" or "wall+device_sync"
+    # The timer's other measurements (ms), for reports: with held repeats, the open repeats' median
+    # and host issue time, the held repeats' device and issue medians and the hold's length.
+    detail: dict[str, float] = field(default_factory=dict)
 
     @property
     def spread(self) -> float:
@@ -77,7 +80,6 @@ class EvalResult:
     rel_norm_error: float | None = None
     candidate_time: TimingStats | None = None
     eager_time: TimingStats | None = None  # cached baseline: the fastest of config.baseline_workers workers
-    eager_time_in_worker: TimingStats | None = None  # eager timed in the candidate's worker, before it loaded
     compile_time: TimingStats | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
@@ -95,15 +97,10 @@ class EvalResult:
     limits_not_applied: list[str] = field(default_factory=list)  # sandbox measures the worker could not apply
 
     def baseline_ms(self) -> dict[str, float | None]:
-        """The baseline times the speedups compare with, in the candidate's worker: eager as timed
-        there before the candidate loaded (the cached eager time where that is missing), and
-        torch.compile's cached time scaled by that worker's eager / cached eager."""
-        here, cached = self.eager_time_in_worker, self.eager_time
-        eager = (here or cached).median_ms if (here or cached) else None
-        compiled = self.compile_time.median_ms if self.compile_time else None
-        if compiled is not None and here and cached and cached.median_ms > 0:
-            compiled *= here.median_ms / cached.median_ms
-        return {"eager": eager, "compile": compiled}
+        """The baseline medians the speedups compare with: eager and torch.compile as cached, each
+        the fastest of `config.baseline_workers` fresh workers."""
+        return {"eager": self.eager_time.median_ms if self.eager_time else None,
+                "compile": self.compile_time.median_ms if self.compile_time else None}
 
     @property
     def ok(self) -> bool:
@@ -127,7 +124,7 @@ class EvalResult:
             )
         data["error_code"] = ErrorCode(data["error_code"])
         data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
-        for key in ("candidate_time", "eager_time", "eager_time_in_worker", "compile_time"):
+        for key in ("candidate_time", "eager_time", "compile_time"):
             if data.get(key) is not None:
                 data[key] = TimingStats(**data[key])
         return cls(**data)

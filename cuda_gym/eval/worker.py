@@ -258,15 +258,15 @@ def _variant(inputs: list[Any], shifts: list[int]) -> list[Any]:
             for v, s in zip(inputs, shifts)]
 
 
-def _time_reference(setup: _TaskSetup, device: str, config: dict, probe: _Probe) -> tuple[list, list, Any]:
-    """Time the reference (eager PyTorch) here, before any candidate code exists in this process,
-    exactly as the candidate will be timed: the same live input buffers and timer, one fresh input
-    per call (input set k mod sets, each tensor rotated by a secret random shift, so nothing can be
-    cached across calls or precomputed). Returns the variants for the candidate's timer (as many
-    timed calls as the reference made within the timing budget, then the warm-up inputs), the
-    reference's checksum per timed call and its TimingStats, which the candidate's speedup is
-    measured against. (Timing both in one process was meant to cancel what differs between fresh
-    processes; on the H200 it did not narrow the spread: docs/benchmarks.md.)"""
+def _reference_checksums(setup: _TaskSetup, config: dict, probe: _Probe) -> tuple[list, list]:
+    """Run the reference here, before any candidate code exists in this process, on the inputs the
+    candidate's timed calls will get: one fresh input per call (input set k mod sets, each tensor
+    rotated by a secret random shift, so nothing can be cached across calls or precomputed).
+    Returns the variants for the candidate's timer (as many timed calls as the reference made
+    within the timing budget, then the warm-up inputs) and the reference's checksum per timed
+    call. (The reference is not timed here: its times come from the baseline workers. Timing it
+    in this worker too did not narrow the spread between workers on the H200 and cost up to
+    0.37 s per evaluation: docs/benchmarks.md.)"""
     chooser = random.SystemRandom()
     warmup = config["warmup_reps"]
     variants = []
@@ -275,16 +275,20 @@ def _time_reference(setup: _TaskSetup, device: str, config: dict, probe: _Probe)
         base = setup.timing_sets[which].inputs
         variants.append((which, [chooser.randrange(1, v.numel()) if isinstance(v, torch.Tensor) and v.numel() > 1
                                  else 0 for v in base]))
-    stats, _, rows = _time_model(setup.model, setup, device, config, variants, probe)
-    checksums = [row[1:] for row in rows]  # the reference is never audited: row r is timed call r
+    checksums: list[list[float]] = []
+    started = _perf_counter()
     with torch.no_grad():
-        for rep, sums in enumerate(checksums):
+        for rep in range(config["timing_reps"]):
+            which, shifts = variants[rep]
+            inputs = setup.timing_sets[which].inputs
+            sums = _checksum(setup.model(*_variant(inputs, shifts)), probe)
             if not all(math.isfinite(s) for s in sums):  # this rotation breaks the task: use the set as is
-                which, shifts = variants[rep]
                 variants[rep] = (which, [0] * len(shifts))
-                checksums[rep] = _checksum(setup.model(*_variant(setup.timing_sets[which].inputs, variants[rep][1])),
-                                           probe)
-    return variants[: len(checksums)] + variants[len(variants) - warmup:], checksums, stats
+                sums = _checksum(setup.model(*_variant(inputs, variants[rep][1])), probe)
+            checksums.append(sums)
+            if rep + 1 >= config["timing_min_reps"] and _perf_counter() - started > config["timing_budget_s"]:
+                break
+    return variants[: len(checksums)] + variants[len(variants) - warmup:], checksums
 
 
 class _Audit:
@@ -449,11 +453,11 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         specs.append(draw_specs)
     parts["describe"] = _perf_counter() - started - sum(parts.values())
     probe = _Probe(secrets.randbits(62))
-    variants, timing_checksums, eager = _time_reference(setup, device, config, probe)
-    parts["eager_timing"] = _perf_counter() - started - sum(parts.values())
+    variants, timing_checksums = _reference_checksums(setup, config, probe)
+    parts["checksums"] = _perf_counter() - started - sum(parts.values())
     channel.send("reference", {"limits_not_applied": job.get("limits_not_applied", []),
                                "distributions": [d.distribution for d in setup.draws], "outputs": specs,
-                               "timing_checksums": timing_checksums, "eager": _stats_meta(eager),
+                               "timing_checksums": timing_checksums,
                                "seconds": _perf_counter() - started,
                                "parts_s": parts}, arrays)
     del arrays, specs, timing_checksums
@@ -575,6 +579,8 @@ def worker_main(conn: Any, setup: dict) -> None:
             channel.send("probe", info)
             return
         device_name = "" if setup["role"] == "build" else _init_device(backend, setup.get("cpu_threads"))
+        if setup["role"] == "eval":
+            guard.prescan_code()  # the tripwire's walk of the evaluator's code, done while a spare
         if cuda_first:
             failed += sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
         channel.send("ready", {"device": device_name, "limits_not_applied": failed, "network_isolated": isolated})

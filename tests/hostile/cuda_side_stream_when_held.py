@@ -5,8 +5,8 @@ stream never waits for, hoping the held repeats time nothing.
 
 TASK: builtin/L1/gelu
 EXPECTED: OK_NOT_FASTER
-DEFENCE: held repeats are opt-in (CUDA_GYM_TIMER_HOLD=1); by default every repeat is open and the
-    current stream is idle when the forward runs, so the trick never fires. With them on: the hold kernel fills every SM, so the side-stream kernel cannot run during the hold; it
+FLAG: work_outside_current_stream | held_timing_not_used
+DEFENCE: the hold kernel fills every SM, so the side-stream kernel cannot run during the hold; it
     runs after the end event, and the device-wide synchronize that follows the end event of every
     held repeat measures it (flag `work_outside_current_stream`, the open repeats' host-clock time
     is reported). A side kernel too short for that still leaves the held median far below what the
