@@ -29,7 +29,6 @@ from pathlib import Path
 from tqdm import tqdm
 
 from cuda_gym.eval import EvalConfig, Evaluator
-from cuda_gym.eval.config import held_timing_enabled
 from cuda_gym.tasks import get_task, load_suite, solution_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,7 +218,7 @@ def main() -> None:
             "hardware": {"device": evaluator.device_name, "cpu_count": os.cpu_count(), "machine": platform.machine()},
             "versions": {"torch": torch.__version__, "python": platform.python_version()},
             "config": {"baselines": list(config.baselines), "timing_reps": config.timing_reps,
-                       "correctness_trials": config.correctness_trials, "held_timing": held_timing_enabled()},
+                       "correctness_trials": config.correctness_trials, "held_timing": evaluator.held_timing},
         }
         runs = {
             "latency": lambda: section_latency(evaluator, args.backend, args.repeats,

@@ -6,15 +6,19 @@ fails (then run the session with CUDA_GYM_TIMER_HOLD=0: every repeat open).
 """
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 
 import torch
 import torch.nn.functional as F
 
-from cuda_gym.eval.timing import Timer, prepare_hold
+from cuda_gym.eval.timing import HOLD_LIBRARY_ENV, Timer, build_hold_library, prepare_hold
 
 
 def main() -> int:
+    directory = tempfile.mkdtemp(prefix="cg-hold-")
+    os.environ[HOLD_LIBRARY_ENV] = str(build_hold_library(directory, torch.cuda.get_device_capability()))
     ready = prepare_hold()
     x = torch.randn(8192, 8192, device="cuda")
     live = [x.clone()]

@@ -148,16 +148,12 @@ def test_baseline_keeps_the_fastest_of_several_workers(tmp_path):
     assert times["eager"].median_ms == min(medians)
 
 
-def test_candidate_is_timed_on_as_many_fresh_inputs_as_the_reference_checked(cpu_evaluator):
+def test_speedup_is_the_cached_eager_baseline_over_the_candidates_time(cpu_evaluator):
     task = get_task(GELU_TASK)
-    config = cpu_evaluator.config
     result = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text())
     assert result.ok, result.message
-    # A secret quarter of the candidate's calls are audited rather than timed; every call's output
-    # was checksummed against the reference on the same rotated inputs.
-    assert config.timing_min_reps <= result.candidate_time.reps <= config.timing_reps
     assert result.speedup_vs_eager == pytest.approx(result.eager_time.median_ms / result.candidate_time.median_ms)
-    assert "reference.checksums" in result.stage_seconds
+    assert "reference.checksums" in result.stage_seconds  # the reference ran untimed in the worker
 
 
 def test_speedups_compare_with_the_cached_baselines():

@@ -7,6 +7,8 @@ Each file's docstring declares, one per line:
                                   honest reference solution: the trick gains nothing)
     FLAG: a | b                  (optional: the result must carry one of these flags, which says the
                                   defence fired rather than the trick failing on its own)
+    NEEDS: held_timing           (optional: the attack targets held timer repeats; skipped when the
+                                  evaluator's are off)
     KNOWN_GAP: why it is not caught (optional: the test is then an expected failure, strict, so
                fixing the gap makes it fail until the file is updated)
 `cpu_*` files run here on the CPU evaluator; `cuda_*` files need a GPU (`-m gpu`).
@@ -105,6 +107,8 @@ def escape_state(cache_dir: str) -> tuple:
 
 def judge_hostile(evaluator: Evaluator, path: Path, backend: str, cache_dir: str) -> None:
     fields = header(path)
+    if fields.get("needs") == "held_timing" and not evaluator.held_timing:
+        pytest.skip("held timer repeats are off in this evaluator (CUDA_GYM_TIMER_HOLD=0 or no hold kernel)")
     task = get_task(fields["task"])
     expected = fields["expected"]
     config = dataclasses.replace(evaluator.config, eval_timeout_s=20.0, compile_timeout_s=30.0)

@@ -78,3 +78,20 @@ def test_without_held_repeats_the_open_events_stand():
     event, wall, open_issue = open_repeats(0.02)
     stats, flags = choose_cuda_time(event, wall, open_issue, [], [], [], hold_ms=0.05)
     assert flags == [] and stats.method == "cuda_event" and stats.detail == {}
+
+
+@pytest.mark.parametrize("open_ms", [0.03, 1.0])
+def test_held_repeats_never_report_less_than_half_the_open_time(open_ms):
+    # Launch latency and a large issue credit together still cannot take the floor below half.
+    stats, flags = choose_cuda_time(repeats(open_ms, jitter=0), repeats(open_ms + 0.01, jitter=0),
+                                    repeats(open_ms, jitter=0), repeats(0.45 * open_ms, 36, jitter=0),
+                                    repeats(0.001, 36, jitter=0), repeats(0.001, 36, jitter=0), hold_ms=0.05)
+    assert flags == [HELD_DISAGREES_FLAG] and stats.median_ms == pytest.approx(open_ms)
+
+
+def test_a_tiny_kernel_with_host_bound_calls_keeps_its_held_time():
+    # 8 us of device work issued in 20 us: held counts the host's 20 us, which the open repeats allow.
+    stats, flags = choose_cuda_time(repeats(0.03, jitter=0), repeats(0.04, jitter=0), repeats(0.02, jitter=0),
+                                    repeats(0.008, 36, jitter=0), repeats(0.02, 36, jitter=0),
+                                    repeats(0.001, 36, jitter=0), hold_ms=0.06)
+    assert flags == [] and stats.median_ms == pytest.approx(0.02)

@@ -9,14 +9,15 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import TIMER_REVISION, EvalConfig, held_timing_enabled
+from .config import TIMER_REVISION, EvalConfig
 
 
 def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch_version: str,
-                 config: EvalConfig) -> str:
+                 config: EvalConfig, timer: str) -> str:
+    """`timer`: "held" or "open" (timing.py), as the evaluator's workers time."""
     timing = (config.precision, config.warmup_reps, config.timing_reps, config.timing_min_reps,
               config.timing_budget_s, config.l2_flush, config.timing_input_sets, config.cpu_threads,
-              config.baseline_workers, TIMER_REVISION, held_timing_enabled())
+              config.baseline_workers, TIMER_REVISION, timer)
     digest = hashlib.sha256(json.dumps([source_hash, sizes, timing], sort_keys=True).encode()).hexdigest()[:16]
     return f"{task_id}|{device}|torch {torch_version}|{config.precision}|{digest}"
 

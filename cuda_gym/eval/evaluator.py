@@ -25,13 +25,14 @@ import numpy as np
 from ..tasks.task import Task
 from .baselines import BaselineCache, baseline_key
 from .candidate import Candidate, InvalidCandidate, parse_candidate
-from .config import EvalConfig
+from .config import EvalConfig, held_timing_enabled
 from .correctness import compare, degeneracy, judge_stats
 from .logs import trim_compile_log
 from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
 from . import sandbox
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
+from .timing import HOLD_LIBRARY_ENV, build_hold_library
 
 EVALUATOR_VERSION = "0.1"
 _INTERNAL_KERNEL_MARKERS = ("at::", "c10::")
@@ -71,6 +72,7 @@ class Evaluator:
         self._header_lock = threading.Lock()
         self._header_checked = False
         self._closed = False
+        self.held_timing, self._hold_library = self._prepare_hold_library()
 
     # ----------------------------------------------------------------------------------- public
     def evaluate(self, task: Task, candidate: Any, *, backend: str | None = None,
@@ -160,6 +162,9 @@ class Evaluator:
         capability = self.platform.get("capability")
         if backend == "cuda" and capability:
             env["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
+        env["CUDA_GYM_TIMER_HOLD"] = "1" if self.held_timing else "0"
+        if self._hold_library:
+            env[HOLD_LIBRARY_ENV] = self._hold_library
         return env
 
     def _candidate_key(self, candidate: Candidate, backend: str) -> str:
@@ -213,6 +218,19 @@ class Evaluator:
             result.speedup_vs_eager = baseline["eager"] / candidate_ms
         if "compile" in config.baselines and baseline["compile"]:
             result.speedup_vs_compile = baseline["compile"] / candidate_ms
+
+    def _prepare_hold_library(self) -> tuple[bool, str | None]:
+        """The timer's hold kernel, built here (trusted) into `<cache>/timer`, which workers can read
+        but not write; (whether CUDA repeats are held, the library for the workers)."""
+        capability = self.platform.get("capability")
+        if self.backend != "cuda" or not capability or not held_timing_enabled():
+            return False, None
+        try:
+            return True, str(build_hold_library(self.cache_dir / "timer", tuple(capability)))
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            print(f"cuda_gym: the timer's hold kernel could not be built, so every CUDA timing repeat is open "
+                  f"(noisier for short kernels): {exc}", file=sys.stderr)
+            return False, None
 
     # -------------------------------------------------------------------------------------- build
     def _prepare_precompiled_header(self) -> None:
@@ -313,7 +331,8 @@ class Evaluator:
 
     def _baseline_entry(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
         device = self.device_name if backend == "cuda" else f"cpu x{config.cpu_threads or os.cpu_count()}"
-        key = baseline_key(task.id, task.source_hash, task.sizes_for(backend), device, self.torch_version, config)
+        timer = "held" if backend == "cuda" and self.held_timing else "open"
+        key = baseline_key(task.id, task.source_hash, task.sizes_for(backend), device, self.torch_version, config, timer)
 
         def measure_once() -> tuple[dict[str, Any], str]:
             """One baseline job in a fresh worker: (its 'baseline' message, or {} and an error)."""

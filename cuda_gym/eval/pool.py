@@ -233,14 +233,12 @@ class Worker:
             _reapers.append(reaper)
 
     def _reap(self) -> None:
+        # Process.close() is left to garbage collection: multiprocessing polls its children from
+        # other threads (when starting a process), and closing one here could race with that.
         self.process.join(timeout=10)
         try:
             self.conn.close()
         except OSError:
-            pass
-        try:
-            self.process.close()
-        except ValueError:
             pass
         shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -253,9 +251,11 @@ def wait_for_reaped(timeout_s: float = 15.0) -> None:
     """Wait until every killed worker has been reaped and its scratch directory removed."""
     deadline = time.monotonic() + timeout_s
     with _reapers_lock:
-        pending, _reapers[:] = list(_reapers), []
+        pending = list(_reapers)
     for reaper in pending:
         reaper.join(max(0.0, deadline - time.monotonic()))
+    with _reapers_lock:
+        _reapers[:] = [thread for thread in _reapers if thread.is_alive()]
 
 
 class WorkerPool:
@@ -298,6 +298,7 @@ class WorkerPool:
         """Wait until no spare is still warming up. A spare that dies or is not ready in time is
         dropped (and killed); the next acquire starts a fresh worker. Call it with the device slot
         held, so no job takes a spare meanwhile."""
+        wait_for_reaped()  # the last job's worker is gone (its memory freed) before the device is used again
         with self._lock:
             spares = list(self._spares.items())
         for key, worker in spares:

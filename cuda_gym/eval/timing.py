@@ -12,8 +12,8 @@ phases (held repeats can be turned off with CUDA_GYM_TIMER_HOLD=0; then every re
   launch overhead, work escaped the current stream and the host-clock time is the one reported.
   The host's time to issue the call (start event to return) is recorded too.
 - Held repeats (the rest): a hold kernel that fills every SM (all threads and shared memory, so
-  no block of any stream can start beside it) runs for 3x the host's median issue time of the
-  warm-up calls (0.05-2 ms), then the start event; the candidate's call is issued meanwhile, so the events time
+  no block of any stream can start beside it) runs for 3x the open repeats' median host issue
+  time (0.05-2 ms), then the start event; the candidate's call is issued meanwhile, so the events time
   the device work alone. A held repeat counts max(device time, host issue time): what one call
   costs when calls are issued back to back. An open repeat instead adds the host's issue time to
   the device time, and that differs from process to process (on the H200 a 0.13-0.22 ms op's
@@ -27,11 +27,11 @@ flag saying why:
 - the call's host time outlasted the hold: a call that waits for the GPU would otherwise be
   charged the hold, and one that issues work for longer than 2 ms is not held throughout;
 - the held median is below what the open repeats allow: their median less their host issue time
-  (capped at half the median) less launch latency, less 2%. This catches work done during the
-  hold that the held window does not see (copies by the copy engines on another stream, say). It
-  is measured in the open repeats, which the candidate cannot tell from held ones by their timing
-  alone but can by querying its stream; a candidate that stalls only in open repeats to inflate
-  the credit gains at most 2x, and only for work the copy engines can do while the SMs are held.
+  and launch latency, but never less than half their median, less 2%. This catches work done
+  during the hold that the held window does not see (copies by the copy engines on another
+  stream, say). A candidate can tell open repeats from held ones (by counting its calls, or by
+  querying its stream); one that stalls the host only in open repeats, to inflate that credit,
+  gains at most 2x over the open time, and only for work done while the SMs are held.
 
 Known limit: host work that the call leaves running in another thread (not waited for) is
 untimed while it overlaps the hold; its results must still land before the output is checksummed,
@@ -39,9 +39,13 @@ which follows a device-wide sync, and the tail check flags a late device tail.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import random
 import statistics
+import subprocess
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -62,7 +66,7 @@ HELD_DISAGREES_FLAG = "held_timing_not_used"  # held repeats faster than the ope
 HELD_OUTLASTED_FLAG = "call_outlasted_hold"  # the call's host time outlasted the hold: open reported
 LAUNCH_LATENCY_MS = 0.01  # allowance for the launch latency an open repeat adds over a held one
 OPEN_SHARE = 0.25  # the first quarter of the timed repeats are open, the rest held
-HOLD_MS = (0.05, 2.0)  # the hold lasts 3x the host's median issue time of the warm-up calls, within these bounds
+HOLD_MS = (0.05, 2.0)  # the hold lasts 3x the open repeats' median host issue time, within these bounds
 
 HOLD_SOURCE = r"""
 #include <cuda_runtime.h>
@@ -93,14 +97,46 @@ extern "C" int cuda_gym_hold_gpu(int64_t nanoseconds, int blocks, int shared_byt
 _hold: tuple | bool | None = None
 
 
+HOLD_LIBRARY_ENV = "CUDA_GYM_HOLD_LIBRARY"  # the built hold library; set by the evaluator for its workers
+HOLD_PROTOTYPE = "int cuda_gym_hold_gpu(int64_t nanoseconds, int blocks, int shared_bytes, cudaStream_t stream)"
+
+
+def build_hold_library(directory: Path, capability: tuple[int, int]) -> Path:
+    """Compile the hold kernel for a GPU of this compute capability into `directory`, once, and
+    return the library's path. Trusted context only (the evaluator's own process), into a directory
+    no worker may write: every later worker loads this code before any check is armed, so it must
+    not come from a cache a candidate can replace. Raises when nvcc is missing or fails."""
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    arch = f"{capability[0]}{capability[1]}"
+    digest = hashlib.sha256(f"{HOLD_SOURCE}\0{arch}".encode()).hexdigest()[:16]
+    target = Path(directory) / f"hold_{digest}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source = target.with_suffix(".cu")
+    source.write_text(HOLD_SOURCE)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    nvcc = str(Path(CUDA_HOME) / "bin" / "nvcc") if CUDA_HOME else "nvcc"
+    built = subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-O3",
+                            f"-gencode=arch=compute_{arch},code=[sm_{arch},compute_{arch}]", str(source), "-o",
+                            str(partial)], capture_output=True, text=True, timeout=300)
+    if built.returncode != 0:
+        raise RuntimeError(f"nvcc failed on the timer's hold kernel: {built.stderr[-1500:]}")
+    os.replace(partial, target)  # whole files only
+    return target
+
+
 def prepare_hold() -> bool:
-    """Build (cached) and load the hold kernel; call before any candidate code runs. False when this
-    GPU cannot be filled that way (no held repeats then; the open ones are reported)."""
+    """Load the hold kernel ($CUDA_GYM_HOLD_LIBRARY, built by `build_hold_library`); call before any
+    candidate code runs. False when held repeats are off, the library is missing or this GPU cannot
+    be filled that way: then every repeat is open, still a sound measurement."""
     global _hold
     if _hold is not None:
         return bool(_hold)
     _hold = False
-    if not held_timing_enabled():
+    library_path = os.environ.get(HOLD_LIBRARY_ENV)
+    if not held_timing_enabled() or not library_path:
         return False
     try:
         properties = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -108,10 +144,9 @@ def prepare_hold() -> bool:
         shared = min(properties.shared_memory_per_block_optin,
                      properties.shared_memory_per_multiprocessor // per_sm - 1024)  # 1 KB reserved per block
         if per_sm >= 1 and shared > 0:
-            from ..native import load_kernels
+            from ..native import KernelLibrary, parse_prototype
 
-            library = load_kernels(cuda=HOLD_SOURCE, functions=[
-                "int cuda_gym_hold_gpu(int64_t nanoseconds, int blocks, int shared_bytes, cudaStream_t stream)"])
+            library = KernelLibrary(library_path, [parse_prototype(HOLD_PROTOTYPE)], "cuda")
             _hold = (library.cuda_gym_hold_gpu._cfunc, properties.multi_processor_count * per_sm, shared)
     except Exception:  # noqa: BLE001 - no hold: open repeats only, still a sound measurement
         _hold = False
@@ -170,23 +205,16 @@ class Timer:
         `min_reps` repeats are timed, without first using every set."""
         chooser = random.SystemRandom()
         hold = _hold if self.device == "cuda" and _hold else None
-        issue_ms: list[float] = []  # held repeats only: host time to issue a warm-up call (may include waits)
         with _no_grad():
             for index in range(self.warmup_reps):
                 load_set((self.reps + index) % sets)
-                if hold:
-                    self._sync()
-                t0 = _perf_counter_ns()
                 if audit is not None:
                     with audit():
                         fn(*live_inputs)
                 else:
                     fn(*live_inputs)
-                if hold:
-                    issue_ms.append((_perf_counter_ns() - t0) / 1e6)
             self._sync()
-            typical_issue_ms = statistics.median(issue_ms) if issue_ms else 0.0  # the first call is often slow
-            hold_ns = int(1e6 * min(HOLD_MS[1], max(HOLD_MS[0], 3 * typical_issue_ms)))
+            hold_ns = 0  # set from the open repeats' issue times when the first held repeat comes
             open_target = max(1, round(self.reps * OPEN_SHARE)) if hold else self.reps
             event_ms: list[float] = []
             wall_ms: list[float] = []
@@ -212,6 +240,8 @@ class Timer:
                     del output
                     continue
                 if hold and len(wall_ms) >= open_target:
+                    if not hold_ns:  # 3x the open repeats' median host issue time (not audited, unlike warm-ups)
+                        hold_ns = int(1e6 * min(HOLD_MS[1], max(HOLD_MS[0], 3 * statistics.median(open_issue_ms))))
                     function, blocks, shared = hold
                     start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
                     if function(hold_ns, blocks, shared, _current_stream().cuda_stream) != 0:
@@ -282,8 +312,9 @@ def choose_cuda_time(event_ms: list[float], wall_ms: list[float], open_issue_ms:
         flags.append(HELD_OUTLASTED_FLAG)
         return event_stats, flags
     held_stats = _stats([max(d, i) for d, i in zip(held_ms, held_issue_ms)], "cuda_event_held", detail)
-    credit = min(detail["open_issue_ms"], 0.5 * event_stats.median_ms)
-    floor = (event_stats.median_ms - credit - LAUNCH_LATENCY_MS) * 0.98
+    # The open median less its host issue time and launch latency, never less than half of it.
+    open_ms = event_stats.median_ms
+    floor = 0.98 * max(open_ms - detail["open_issue_ms"] - LAUNCH_LATENCY_MS, 0.5 * open_ms)
     if held_stats.median_ms < floor:
         flags.append(HELD_DISAGREES_FLAG)
         return event_stats, flags

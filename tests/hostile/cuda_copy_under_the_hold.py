@@ -1,15 +1,16 @@
 """Work for the copy engines while the timer holds the SMs: when its stream is idle (warm-up and
-open repeats) the forward first spins the host for 0.3 ms, so the timer's hold (3x a warm-up
-call's host time) lasts about 1 ms; when its stream is busy (a held repeat) it skips the spin and
+open repeats) the forward first spins the host for 0.3 ms, so the timer's hold (3x the open
+repeats' host time) lasts about 1 ms; when its stream is busy (a held repeat) it skips the spin and
 starts a 64 MB device-to-host copy on a private stream at once. The copy engines run while the
 hold fills every SM, so most of the copy is done before the start event; the current stream then
 waits for it and runs the kernel. The held window sees only the copy's tail and the kernel.
 
 TASK: builtin/L1/gelu
 EXPECTED: OK_NOT_FASTER
+NEEDS: held_timing
 FLAG: held_timing_not_used
-DEFENCE: the open repeats time the copy in full; their median less their host issue time (capped
-    at half) is far above the held median, so the held repeats are not used and the open time,
+DEFENCE: the open repeats time the copy in full; their median less their host issue time (never
+    less than half their median) is far above the held median, so the held repeats are not used and the open time,
     copy and spin included, is reported.
 """
 import torch

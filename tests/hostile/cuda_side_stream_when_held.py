@@ -5,6 +5,7 @@ stream never waits for, hoping the held repeats time nothing.
 
 TASK: builtin/L1/gelu
 EXPECTED: OK_NOT_FASTER
+NEEDS: held_timing
 FLAG: work_outside_current_stream | held_timing_not_used
 DEFENCE: the hold kernel fills every SM, so the side-stream kernel cannot run during the hold; it
     runs after the end event, and the device-wide synchronize that follows the end event of every
