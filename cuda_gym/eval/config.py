@@ -6,13 +6,13 @@ import os
 from dataclasses import dataclass
 
 PRECISIONS = ("fp32", "tf32")
+POLICIES = ("strict", "permissive")
 TIMER_REVISION = 2  # bumped when the timer changes what it measures; part of the baseline cache key
 
 
 def held_timing_enabled() -> bool:
     """CUDA timing with held repeats (cuda_gym/eval/timing.py), unless CUDA_GYM_TIMER_HOLD=0."""
     return os.environ.get("CUDA_GYM_TIMER_HOLD", "1") != "0"
-POLICIES = ("strict", "permissive")
 
 
 @dataclass(frozen=True)

@@ -240,9 +240,10 @@ def _chunks(masked: str) -> list[tuple[str, int, int]]:
                 raise NotSplittable("unbalanced brackets")
             if c == "}" and depth == 0:
                 head = _outside_parentheses(masked[start:masked.index("{", start)])
-                if "(" not in head and not re.search(r"\b(struct|class|union|enum)\b|=", head):
+                type_or_initializer = re.search(r"\b(struct|class|union|enum)\b|=", head)
+                if "(" not in head and not type_or_initializer:
                     raise NotSplittable("namespace or extern block")
-                if not re.search(r"\b(struct|class|union|enum)\b|=", head):
+                if not type_or_initializer:  # a function body ends the item; a type or initializer runs to its ;
                     chunks.append(("item", start, i + 1))
                     start = i + 1
         elif c == ";" and depth == 0:

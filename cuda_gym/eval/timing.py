@@ -92,13 +92,11 @@ extern "C" int cuda_gym_hold_gpu(int64_t nanoseconds, int blocks, int shared_byt
     return (int)cudaGetLastError();
 }
 """
+HOLD_LIBRARY_ENV = "CUDA_GYM_HOLD_LIBRARY"  # the built hold library; set by the evaluator for its workers
+HOLD_PROTOTYPE = "int cuda_gym_hold_gpu(int64_t nanoseconds, int blocks, int shared_bytes, cudaStream_t stream)"
 # (ctypes function, blocks, shared bytes) once prepare_hold() loaded it, before any candidate code;
 # False when it is unavailable. Rebinding it later is caught by the tamper check (watched module).
 _hold: tuple | bool | None = None
-
-
-HOLD_LIBRARY_ENV = "CUDA_GYM_HOLD_LIBRARY"  # the built hold library; set by the evaluator for its workers
-HOLD_PROTOTYPE = "int cuda_gym_hold_gpu(int64_t nanoseconds, int blocks, int shared_bytes, cudaStream_t stream)"
 
 
 def build_hold_library(directory: Path, capability: tuple[int, int]) -> Path:
