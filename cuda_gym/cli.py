@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import json
 import math
 import platform
@@ -32,7 +33,8 @@ def _cmd_tasks_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _evaluator_config(args: argparse.Namespace):
+def evaluator_config(args: argparse.Namespace):
+    """The EvalConfig that `add_eval_options` asked for."""
     from .eval import EvalConfig
 
     baselines = ("eager",) if getattr(args, "no_compile_baseline", False) else ("eager", "compile")
@@ -52,7 +54,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return 2
-    with Evaluator(args.backend, _evaluator_config(args)) as evaluator:
+    with Evaluator(args.backend, evaluator_config(args)) as evaluator:
         result = evaluator.evaluate(task, path.read_text(encoding="utf-8"))
     if args.json:
         print(result.to_json(indent=2))
@@ -78,7 +80,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .eval import Evaluator
     from .tasks import load_suite, solution_path
 
-    config = _evaluator_config(args)
+    config = evaluator_config(args)
     with Evaluator(args.backend, config) as evaluator:
         backend = evaluator.backend
         tasks = [t for t in load_suite("builtin", levels=tuple(args.level) if args.level else None)
@@ -144,6 +146,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if all(r.correct for r in results) else 1
 
 
+def add_eval_options(sub: argparse.ArgumentParser) -> None:
+    """The evaluator options every command that judges candidates takes (read by `evaluator_config`)."""
+    sub.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"],
+                     help="where to run (default: cuda if a GPU is visible, else cpu)")
+    sub.add_argument("--precision", default="fp32", choices=["fp32", "tf32"], help="precision policy")
+    sub.add_argument("--policy", default="strict", choices=["strict", "permissive"],
+                     help="strict: all compute in the candidate's own kernels (default)")
+    sub.add_argument("--no-compile-baseline", action="store_true",
+                     help="skip the torch.compile baseline (faster; speedup vs compile is then absent)")
+
+
+# Commands that live beside the code they drive: each module has `add_command(commands)`, which adds
+# its subparser (using `add_eval_options` where it judges candidates) with `set_defaults(func=...)`.
+# Imported when the parser is built, so keep those modules' top-level imports light.
+COMMAND_MODULES: tuple[str, ...] = (
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cuda-gym",
@@ -160,15 +180,6 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--level", type=int, action="append", help="only this level (repeatable)")
     listing.set_defaults(func=_cmd_tasks_list)
 
-    def add_eval_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"],
-                         help="where to run (default: cuda if a GPU is visible, else cpu)")
-        sub.add_argument("--precision", default="fp32", choices=["fp32", "tf32"], help="precision policy")
-        sub.add_argument("--policy", default="strict", choices=["strict", "permissive"],
-                         help="strict: all compute in the candidate's own kernels (default)")
-        sub.add_argument("--no-compile-baseline", action="store_true",
-                         help="skip the torch.compile baseline (faster; speedup vs compile is then absent)")
-
     evaluate = commands.add_parser("eval", help="judge one candidate file against a task and print the verdict")
     evaluate.add_argument("task", help="task id, e.g. builtin/L1/softmax")
     evaluate.add_argument("candidate", help="a Python file defining class ModelNew")
@@ -181,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="where to write the JSON results (default: cuda_gym_results/run_*.json)")
     add_eval_options(run)
     run.set_defaults(func=_cmd_run)
+
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).add_command(commands)
     return parser
 
 
