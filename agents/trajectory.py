@@ -14,9 +14,9 @@ read these records; every field below means exactly what its line says.
 - `reply`: the model's text exactly as the backend returned it.
 - `command`: the command the environment ran ("compile", "check", "eval", "submit"), or None when
   the reply was malformed and nothing ran (`error_code == "INVALID_ACTION"`).
-- `candidate`: the candidate source the policy extracted from the reply (None when there was none).
-  The action stepped was exactly `f"#! {command}\\n{candidate}"` when both are set, else the raw
-  reply (the environment then explained what was wrong).
+- `candidate`: the code block the policy extracted from the reply (None when it had none). The
+  action stepped is a function of `reply` alone: `agents.react.action_for(parse_reply(reply), reply)`
+  (`#! <command, default eval>` + newline + candidate when there was a block, else the raw reply).
 - `observation`: the environment's feedback text for this step (what the model reads next).
 - `reward`: the environment's reward for this step (per-step or final mode as configured).
 - `error_code`: the verdict the model was shown: an `ErrorCode` value ("OK", "COMPILE_ERROR", ...),
@@ -31,9 +31,13 @@ read these records; every field below means exactly what its line says.
   (TransformersChat; OpenAI-compatible servers that return them), else None.
 - `token_ids`: the generated token ids, in order, as sampled (the end-of-sequence token included
   when generation stopped on it); None when the backend does not give them.
-- `logprobs`: per generated token, the log-probability the sampling distribution gave it at
-  generation time (one float per entry of `token_ids`); None when not given. PPO trains on
-  `prompt_token_ids + token_ids` with these as the old-policy logprobs and never re-tokenises text.
+- `logprobs`: per generated token, its log-probability recorded at generation time (one float per
+  entry of `token_ids`); None when not given. TransformersChat records `log_softmax(logits)` of the
+  model's raw next-token logits (its own distribution, before temperature / top-p: what a forward
+  pass over `prompt_token_ids + token_ids` recomputes); OpenAI-compatible servers report their own
+  (vLLM by default the same raw logprobs; `Trajectory.sampling` has the temperature used). PPO
+  trains on `prompt_token_ids + token_ids` with these as the old-policy logprobs and never
+  re-tokenises text.
 - `usage`: `{"prompt_tokens": int, "completion_tokens": int}` as the backend counted them.
 - `finish_reason`: why generation stopped: "stop" (end of sequence or a stop string), "length"
   (hit max_new_tokens; the reply is cut), or what the server said.
@@ -41,7 +45,9 @@ read these records; every field below means exactly what its line says.
 `Trajectory`: `task_id`, `level`, `episode` (0-based index of this episode among the task's
 episodes in a rollout), `backend` (the chat backend: "openai", "transformers", "scripted"), `model`
 (the model name or checkpoint path), `env_backend` ("cpu"/"cuda"), `turns`, `end_reason`, `error`,
-`total_reward` (sum of the turns' rewards), `seconds` (wall time of the episode), `max_turns`.
+`total_reward` (sum of the turns' rewards), `seconds` (wall time of the episode), `max_turns` (the
+environment's turn budget), `sampling` (the backend's `SamplingConfig` as a dict: temperature,
+top_p, max_new_tokens, seed).
 
 `end_reason` is one of `END_REASONS`:
 - "submit": a well-formed `#! submit` was judged (the episode terminated);
@@ -144,6 +150,7 @@ class Trajectory:
     env_backend: str = ""
     max_turns: int = 0
     seconds: float = 0.0
+    sampling: dict[str, Any] = field(default_factory=dict)
 
     def best(self) -> BestCandidate | None:
         """CUDA Agent's best-in-trajectory candidate, or None for a trajectory without turns."""
