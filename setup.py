@@ -2,10 +2,12 @@
 from setuptools import find_packages, setup
 
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout>=2", "pyarrow>=12"],
+    "test": ["pytest>=7", "pytest-timeout>=2", "pyarrow>=12", "transformers>=4.50", "matplotlib>=3.5"],
     "data": ["pyarrow>=12"],
     "agents": ["transformers>=4.40"],
     "rl": ["stable-baselines3>=2.3"],
+    "rl-llm": ["transformers>=4.50", "peft>=0.10"],  # agents/ppo, agents/rft (peft: LoRA only)
+    "plot": ["matplotlib>=3.5"],
     "cuda": ["cupy-cuda13x>=13"],  # CUDA 13, as on our H200 machines; pick the cupy wheel for your CUDA
 }
 EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})

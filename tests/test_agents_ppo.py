@@ -1,0 +1,261 @@
+"""PPO trainer (agents/ppo), rejection fine-tuning and value pretraining (agents/rft.py).
+
+Tiny randomly initialised transformers models are built here; nothing is downloaded."""
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from agents.ppo.batch import collate, trajectory_gae, turn_samples
+from agents.ppo.config import PPOConfig
+from agents.ppo.losses import (clip_fraction, clipped_surrogate_loss, clipped_value_loss, compute_gae,
+                               explained_variance, policy_ratio, token_mean)
+from agents.ppo.model import policy_outputs
+from agents.ppo.trainer import PPOTrainer
+from agents.trajectory import Trajectory, Turn
+
+VOCAB = 24
+
+
+def tiny_llama(seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    return LlamaForCausalLM(config)
+
+
+@torch.no_grad()
+def sample_reply(model, prompt: list[int], length: int, generator: torch.Generator) -> tuple[list[int], list[float]]:
+    """Sample `length` tokens one at a time, recording each token's logprob as a generator would."""
+    ids, logprobs = list(prompt), []
+    for _ in range(length):
+        logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].float()
+        log_probs = torch.log_softmax(logits, -1)
+        token = int(torch.multinomial(log_probs.exp(), 1, generator=generator))
+        ids.append(token)
+        logprobs.append(float(log_probs[token]))
+    return ids[len(prompt):], logprobs
+
+
+def make_turn(index, prompt, tokens, logprobs, reward=0.0, error_code="OK", command="submit", finish="stop", reply=None):
+    return Turn(index=index, messages=[], reply=reply if reply is not None else " ".join(map(str, tokens)),
+                command=command, observation="", reward=reward, error_code=error_code, prompt_token_ids=prompt,
+                token_ids=tokens, logprobs=logprobs, finish_reason=finish)
+
+
+def sampled_trajectories(model, count: int, seed: int = 0) -> list[Trajectory]:
+    """Two-turn episodes played by `model`: the second prompt holds the first exchange plus
+    'feedback' tokens the model never generated; reward +2 if the last reply starts with an even id."""
+    generator = torch.Generator().manual_seed(seed)
+    trajectories = []
+    for episode in range(count):
+        prompt = [1, 3 + episode % 5, 4]
+        first, first_lp = sample_reply(model, prompt, 3, generator)
+        prompt2 = prompt + first + [5, 6, 7]                     # 5, 6, 7: environment feedback
+        second, second_lp = sample_reply(model, prompt2, 4, generator)
+        reward = 2.0 if second[0] % 2 == 0 else -1.0
+        turns = [make_turn(1, prompt, first, first_lp, 0.0, command="check"),
+                 make_turn(2, prompt2, second, second_lp, reward, "OK" if reward > 0 else "INCORRECT")]
+        trajectories.append(Trajectory(task_id=f"toy/{episode % 5}", level=1, episode=episode, backend="test",
+                                       model="tiny", turns=turns, end_reason="submit", total_reward=reward))
+    return trajectories
+
+
+# ------------------------------------------------------------------------------------------ GAE
+
+def test_gae_matches_hand_computed_values_over_masked_feedback_and_episode_ends():
+    # Row 0: two generated tokens, two environment tokens (masked; their values must be ignored),
+    # one generated token with the outcome reward. Row 1: two episodes in one row, the first ending
+    # after token 1 (nothing may be bootstrapped across the end).
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, -1.0, 0.0, 2.0, 0.0]])
+    values = torch.tensor([[0.5, 0.6, 9.0, 9.0, 0.8], [0.1, 0.2, 0.3, 0.4, 0.0]])
+    mask = torch.tensor([[1, 1, 0, 0, 1], [1, 1, 1, 1, 0]])
+    ends = torch.tensor([[0, 0, 0, 0, 1], [0, 1, 0, 1, 0]], dtype=torch.bool)
+    advantages, returns = compute_gae(rewards, values, mask, gamma=1.0, gae_lambda=0.95, episode_ends=ends)
+    # Row 0, backwards: A4 = 1 - 0.8 = 0.2; A1 = (0.8 - 0.6) + 0.95 * 0.2 = 0.39; A0 = (0.6 - 0.5) + 0.95 * 0.39.
+    # Row 1: A3 = 2 - 0.4 = 1.6; A2 = (0.4 - 0.3) + 0.95 * 1.6 = 1.62; A1 = -1 - 0.2 = -1.2; A0 = 0.1 + 0.95 * -1.2.
+    expected = torch.tensor([[0.4705, 0.39, 0.0, 0.0, 0.2], [-1.04, -1.2, 1.62, 1.6, 0.0]])
+    assert torch.allclose(advantages, expected, atol=1e-6)
+    assert torch.allclose(returns, torch.where(mask.bool(), expected + values, torch.zeros_like(values)), atol=1e-6)
+    # Without explicit ends each row is one episode: row 1 then bootstraps A1 from token 2.
+    advantages, _ = compute_gae(rewards[1:, :4], values[1:, :4], mask[1:, :4], 1.0, 0.95)
+    assert advantages[0, 1].item() == pytest.approx(-1.0 + 0.3 - 0.2 + 0.95 * 1.62, abs=1e-6)
+
+
+def test_gae_runs_across_turns_of_a_trajectory():
+    # Turn 1 has 2 tokens, turn 2 has 1 token carrying the outcome; the chain runs through both turns.
+    trajectory = Trajectory(task_id="t", level=1, episode=0, backend="test", model="m", total_reward=1.0, turns=[
+        make_turn(1, [1, 2], [3, 4], [-1.0, -1.0]), make_turn(2, [1, 2, 3, 4, 9, 9], [5], [-1.0], reward=1.0)])
+    samples = turn_samples([trajectory], "outcome")
+    assert [s.rewards.tolist() for s in samples] == [[0.0, 0.0], [1.0]]
+    values = [torch.tensor([0.5, 0.6]), torch.tensor([0.8])]
+    advantages, returns = trajectory_gae(samples, values, 1.0, 0.95)
+    assert torch.allclose(advantages[0], torch.tensor([0.4705, 0.39]), atol=1e-6)
+    assert torch.allclose(advantages[1], torch.tensor([0.2]), atol=1e-6)
+    assert torch.allclose(returns[0], torch.tensor([0.9705, 0.99]), atol=1e-6)
+
+
+def test_per_turn_rewards_sit_on_each_turns_last_token():
+    trajectory = Trajectory(task_id="t", level=1, episode=0, backend="test", model="m", total_reward=1.5, turns=[
+        make_turn(1, [1], [3, 4], [-1.0, -1.0], reward=-1.0), make_turn(2, [1], [], [], reward=0.5),
+        make_turn(3, [1], [5, 6, 7], [-1.0] * 3, reward=2.0)])
+    outcome = turn_samples([trajectory], "outcome")
+    assert [s.rewards.tolist() for s in outcome] == [[0.0, 0.0], [0.0, 0.0, 1.5]]
+    per_turn = turn_samples([trajectory], "per_turn")
+    # The empty turn's 0.5 is carried to the next turn that generated tokens.
+    assert [s.rewards.tolist() for s in per_turn] == [[0.0, -1.0], [0.0, 0.0, 2.5]]
+
+
+def test_turns_without_token_ids_are_refused_with_a_clear_error():
+    trajectory = Trajectory(task_id="t", level=1, episode=0, backend="openai", model="m", turns=[
+        Turn(index=1, messages=[], reply="x", command="check", observation="", reward=1.0, error_code="OK")])
+    with pytest.raises(ValueError, match="TransformersChat"):
+        turn_samples([trajectory])
+
+
+# ------------------------------------------------------------------------------- clipped losses
+
+def _loss_and_grad(ratio_value: float, advantage: float, **clip):
+    ratio = torch.tensor([ratio_value], requires_grad=True)
+    loss = clipped_surrogate_loss(ratio, torch.tensor([advantage]), **clip).sum()
+    loss.backward()
+    return loss.item(), ratio.grad.item()
+
+
+def test_asymmetric_clip_just_inside_and_outside_its_bounds():
+    # Positive advantage: the upper bound is 1 + 0.28. 1.27 is inside (gradient flows), 1.29 outside.
+    assert _loss_and_grad(1.27, 1.0) == pytest.approx((-1.27, -1.0))
+    assert _loss_and_grad(1.29, 1.0) == pytest.approx((-1.28, 0.0))
+    # A symmetric clip (eps_high = eps_low = 0.2) would already have clipped 1.25: the default must not.
+    assert _loss_and_grad(1.25, 1.0) == pytest.approx((-1.25, -1.0))
+    assert _loss_and_grad(1.25, 1.0, clip_eps_low=0.2, clip_eps_high=0.2) == pytest.approx((-1.2, 0.0))
+    # Negative advantage: the lower bound is 1 - 0.2. 0.81 is inside, 0.79 outside.
+    assert _loss_and_grad(0.81, -1.0) == pytest.approx((0.81, 1.0))
+    assert _loss_and_grad(0.79, -1.0) == pytest.approx((0.80, 0.0))
+    # The pessimistic bound: a ratio below the range with a positive advantage is not clipped.
+    assert _loss_and_grad(0.7, 1.0) == pytest.approx((-0.7, -1.0))
+    # And the upper bound does not apply to a negative advantage (1.4 keeps its full penalty).
+    assert _loss_and_grad(1.4, -1.0) == pytest.approx((1.4, 1.0))
+    ratios = torch.tensor([1.27, 1.29, 0.81, 0.79])
+    assert clip_fraction(ratios, torch.tensor([1.0, 1.0, -1.0, -1.0])).tolist() == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_clipped_value_loss():
+    old, returns = torch.tensor([0.0, 0.0]), torch.tensor([2.0, 2.0])
+    values = torch.tensor([1.0, 0.3], requires_grad=True)
+    loss = clipped_value_loss(values, old, returns, value_clip_eps=0.5)
+    # 1.0 moved more than 0.5 from 0: the clipped value 0.5 is further from the return, so it counts
+    # and the gradient stops; 0.3 is inside the range: plain squared error.
+    assert loss.tolist() == pytest.approx([0.5 * 1.5 ** 2, 0.5 * 1.7 ** 2])
+    loss.sum().backward()
+    assert values.grad.tolist() == pytest.approx([0.0, 0.3 - 2.0])
+
+
+def test_ratio_token_mean_and_explained_variance():
+    assert policy_ratio(torch.tensor([-1.0]), torch.tensor([-1.0 - math.log(2)])).item() == pytest.approx(2.0)
+    mask = torch.tensor([[1, 1, 0]])
+    assert token_mean(torch.tensor([[1.0, 3.0, 100.0]]), mask).item() == 2.0
+    assert token_mean(torch.tensor([[1.0, 3.0, 100.0]]), mask, num_tokens=4).item() == 1.0
+    returns = torch.tensor([[1.0, 2.0, 3.0]])
+    assert explained_variance(returns, returns, torch.ones(1, 3)) == 1.0
+    assert explained_variance(torch.full((1, 3), 2.0), returns, torch.ones(1, 3)) == pytest.approx(0.0)
+    assert explained_variance(-returns, returns, torch.ones(1, 3)) < -1
+
+
+# ------------------------------------------------------------------------------ model and masks
+
+def test_trainer_logprobs_equal_those_recorded_at_sampling():
+    model = tiny_llama()
+    samples = turn_samples(sampled_trajectories(model, 4))
+    # Different prompt lengths in one micro-batch: left padding must not change any logprob.
+    batch = collate(samples, pad_token_id=0, per_token={"recorded": [s.old_logprobs for s in samples]})
+    with torch.no_grad():
+        out = policy_outputs(model, batch)
+    mask = batch.action_mask
+    assert torch.allclose(out.logprobs[mask], batch.per_token["recorded"][mask], atol=1e-5)
+
+
+def test_masked_tokens_get_no_gradient():
+    model = tiny_llama()
+    samples = turn_samples(sampled_trajectories(model, 3))
+    batch = collate(samples, 0, {"old": [s.old_logprobs for s in samples],
+                                 "adv": [torch.randn(len(s.response_ids)) for s in samples]})
+    assert not batch.action_mask.all()  # the batch has padded (masked) response columns
+    out = policy_outputs(model, batch)
+    logprobs = out.logprobs.detach().requires_grad_(True)
+
+    def loss_with(advantages):
+        ratio = policy_ratio(logprobs, batch.per_token["old"])
+        return token_mean(clipped_surrogate_loss(ratio, advantages), batch.action_mask)
+
+    advantages = batch.per_token["adv"]
+    loss_with(advantages).backward()
+    masked = ~batch.action_mask
+    assert torch.all(logprobs.grad[masked] == 0) and torch.any(logprobs.grad[~masked] != 0)
+    # Whatever sits on masked positions, the loss and its gradient are the same.
+    grad = logprobs.grad.clone()
+    logprobs.grad = None
+    garbage = torch.where(masked, torch.full_like(advantages, 1e6), advantages)
+    loss_with(garbage).backward()
+    assert torch.equal(grad, logprobs.grad)
+
+
+def test_environment_tokens_in_the_prompt_are_not_trained():
+    model = tiny_llama()
+    trajectories = sampled_trajectories(model, 2)
+    samples = turn_samples(trajectories)
+    # The feedback tokens (5, 6, 7) are in the second turn's prompt, never among the trained tokens.
+    second = [s for s in samples if s.turn == 2]
+    assert all(s.prompt_ids[-3:] == [5, 6, 7] for s in second)
+    assert sum(len(s.response_ids) for s in samples) == sum(len(t.token_ids) for tr in trajectories for t in tr.turns)
+
+
+# ------------------------------------------------------------------------------------- updates
+
+@pytest.mark.parametrize("critic", ["separate", "head"])
+def test_one_ppo_update_changes_the_weights_and_reports_its_metrics(critic, tmp_path):
+    model = tiny_llama()
+    trajectories = sampled_trajectories(model, 6)
+    config = PPOConfig(critic=critic, actor_lr=1e-3, critic_lr=1e-3, minibatch_size=12, micro_batch_size=4,
+                       kl_coef=0.1 if critic == "head" else 0.0)
+    reference = copy.deepcopy(model) if critic == "head" else None
+    trainer = PPOTrainer(model, config, reference=reference)
+    before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    critic_before = {k: v.clone() for k, v in trainer.critic_module.state_dict().items()}
+    metrics = trainer.update(trajectories)
+    changed = [k for k, v in trainer.policy.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed, "the update did not change the policy"
+    assert any(not torch.equal(v, critic_before[k]) for k, v in trainer.critic_module.state_dict().items())
+    for key in ("update", "mean_reward", "pass_rate", "entropy", "explained_variance", "clip_frac", "approx_kl",
+                "mean_response_tokens", "truncation_share", "pg_loss", "value_loss", "logprob_gap"):
+        assert key in metrics, key
+    assert metrics["update"] == 1 and metrics["episodes"] == 6
+    assert metrics["mean_reward"] == pytest.approx(sum(t.total_reward for t in trajectories) / 6)
+    assert metrics["logprob_gap"] < 1e-5          # the recorded logprobs are the trainer's
+    assert metrics["approx_kl"] < 1e-6            # 12 turns, one minibatch step: ratio 1 when measured
+    assert (critic == "head") == ("kl_to_reference" in metrics)
+    path = trainer.save(tmp_path / "ckpt")
+    assert (path / "actor" / "config.json").exists() and (path / "critic.pt").exists()
+    fresh = PPOTrainer(tiny_llama(1), PPOConfig(critic=critic))
+    fresh.load_critic(path / "critic.pt")
+    for k, v in fresh.critic_module.state_dict().items():
+        assert torch.equal(v, trainer.critic_module.state_dict()[k])
+
+
+def test_micro_batches_accumulate_to_the_same_step_as_one_batch():
+    trajectories = sampled_trajectories(tiny_llama(), 5)
+    results = []
+    for micro in (5, 2):
+        trainer = PPOTrainer(tiny_llama(), PPOConfig(critic="head", actor_lr=1e-3, minibatch_size=10,
+                                                      micro_batch_size=micro))
+        trainer.update(trajectories)
+        results.append(torch.cat([p.detach().flatten() for p in trainer.policy.parameters()]))
+    assert torch.allclose(results[0], results[1], atol=1e-6)
