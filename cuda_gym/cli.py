@@ -161,6 +161,8 @@ def add_eval_options(sub: argparse.ArgumentParser) -> None:
 # its subparser (using `add_eval_options` where it judges candidates) with `set_defaults(func=...)`.
 # Imported when the parser is built, so keep those modules' top-level imports light.
 COMMAND_MODULES: tuple[str, ...] = (
+    "cuda_gym.leaderboard.command",
+    "agents.cli",
 )
 
 
