@@ -48,8 +48,10 @@ class PPOConfig:
     # "separate": a critic model of its own (paper, as in verl); "head": a value head on the policy's
     # last hidden state, sharing its backbone.
     critic: str = "separate"
-    # Sampling temperature used at generation; logits are divided by it before logprobs, so the
-    # trainer's logprobs are those of the distribution the tokens were drawn from.
+    # The trainer divides logits by this before taking logprobs; it must match how the recorded
+    # logprobs were computed. TransformersChat records the model's raw logprobs (before its sampling
+    # temperature), so keep 1.0 with it, and sample at temperature 1 for on-policy updates; the
+    # `logprob_gap` metric shows a mismatch.
     temperature: float = 1.0
     # Mixed precision: "auto" is bf16 autocast on CUDA and fp32 on the CPU.
     precision: str = "auto"

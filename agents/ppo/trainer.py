@@ -97,7 +97,9 @@ class PPOTrainer:
         """The module holding the value function's own weights (the `Critic` or the value head)."""
         return self.critic if self.critic is not None else self.value_head
 
-    def _values(self, batch, hidden: torch.Tensor | None) -> torch.Tensor:
+    def critic_values(self, batch, hidden: torch.Tensor | None = None) -> torch.Tensor:
+        """Values `[B, K]` of a micro-batch's generated tokens (`hidden`: the policy's hidden states, needed
+        with a value head)."""
         if self.critic is not None:
             return self.critic(batch).float()
         return self.value_head(hidden).float()
@@ -118,7 +120,7 @@ class PPOTrainer:
             batch = collate(chunk, self.pad_token_id, device=self.device)
             with autocast(self.device, cfg.precision):
                 out = policy_outputs(self.policy, batch, cfg.temperature, with_hidden=self.critic is None)
-                values = self._values(batch, out.hidden)
+                values = self.critic_values(batch, out.hidden)
                 if cfg.kl_coef > 0:
                     model, context = reference_context(self.policy, self.reference)
                     with context:
@@ -180,6 +182,7 @@ class PPOTrainer:
                 total_tokens += minibatch_tokens
                 grad_norms.append(self._step())
         self.updates += 1
+        self.policy.eval()  # ready to generate the next batch
 
         # Each stat summed token-weighted; divide by all tokens seen over the epochs.
         metrics: dict[str, float] = {"update": self.updates}
@@ -204,7 +207,7 @@ class PPOTrainer:
         t = batch.per_token
         with autocast(self.device, cfg.precision):
             out = policy_outputs(self.policy, batch, cfg.temperature, with_hidden=self.critic is None)
-            values = self._values(batch, out.hidden)
+            values = self.critic_values(batch, out.hidden)
         ratio = policy_ratio(out.logprobs, t["old_logprobs"])
         pg_loss = token_mean(clipped_surrogate_loss(ratio, t["advantages"], cfg.clip_eps_low, cfg.clip_eps_high),
                              mask, minibatch_tokens)
