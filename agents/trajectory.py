@@ -156,14 +156,7 @@ class Trajectory:
         """CUDA Agent's best-in-trajectory candidate, or None for a trajectory without turns."""
         if not self.turns:
             return None
-
-        def rank(turn: Turn) -> tuple:
-            if turn.correct:
-                return (1, _speedup_key(turn.speedup_vs_compile), _speedup_key(turn.speedup_vs_eager),
-                        turn.command != "check", turn.index)
-            return (0, _PROGRESS.get(turn.error_code, 0), turn.index)
-
-        turn = max(self.turns, key=rank)
+        turn = max(self.turns, key=lambda t: (best_rank(t), t.index))
         return BestCandidate(turn=turn.index, command=turn.command, correct=turn.correct,
                              error_code=turn.error_code, speedup_vs_eager=turn.speedup_vs_eager,
                              speedup_vs_compile=turn.speedup_vs_compile, candidate=turn.candidate)
@@ -178,6 +171,16 @@ class Trajectory:
         data = _known_fields(cls, data)
         data["turns"] = [Turn.from_dict(t) for t in data.get("turns", [])]
         return cls(**data)
+
+
+def best_rank(candidate: Turn | BestCandidate) -> tuple:
+    """The sort key of `Trajectory.best()` without the turn-order tie-break (higher is better):
+    correct first, then speedup vs compile, vs eager, fully evaluated over check-only; for
+    incorrect candidates, how far they got. Also ranks best candidates across episodes."""
+    if candidate.correct:
+        return (1, _speedup_key(candidate.speedup_vs_compile), _speedup_key(candidate.speedup_vs_eager),
+                candidate.command != "check")
+    return (0, _PROGRESS.get(candidate.error_code, 0))
 
 
 def _speedup_key(value: float | None) -> float:
