@@ -2,10 +2,11 @@
 from setuptools import find_packages, setup
 
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout>=2", "pyarrow>=12", "transformers>=4.50", "matplotlib>=3.5"],
+    "test": ["pytest>=7", "pytest-timeout>=2", "pyarrow>=12", "transformers>=4.50", "matplotlib>=3.5",
+             "stable-baselines3>=2.3", "sb3-contrib>=2.3"],
     "data": ["pyarrow>=12"],
     "agents": ["transformers>=4.40"],
-    "rl": ["stable-baselines3>=2.3"],
+    "rl": ["stable-baselines3>=2.3", "sb3-contrib>=2.3"],  # agents/schedule_ppo.py
     "rl-llm": ["transformers>=4.50", "peft>=0.10"],  # agents/ppo, agents/rft (peft: LoRA only)
     "plot": ["matplotlib>=3.5"],
     "cuda": ["cupy-cuda13x>=13"],  # CUDA 13, as on our H200 machines; pick the cupy wheel for your CUDA
@@ -19,8 +20,11 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["cuda_gym", "cuda_gym.*", "agents", "agents.*"]),
-    package_data={"cuda_gym.tasks": ["builtin/level*/*.py", "builtin/solutions/*/*/*.py"]},
+    # csrc/ (native sources: the template library) is installed as the package data cuda_gym/csrc.
+    packages=find_packages(include=["cuda_gym", "cuda_gym.*", "agents", "agents.*"]) + ["cuda_gym.csrc"],
+    package_dir={"cuda_gym.csrc": "csrc"},
+    package_data={"cuda_gym.tasks": ["builtin/level*/*.py", "builtin/solutions/*/*/*.py"],
+                  "cuda_gym.csrc": ["*.md", "templates/*.h", "templates/*.cuh", "templates/*.hpp"]},
     include_package_data=True,
     install_requires=[
         "torch>=2.4",

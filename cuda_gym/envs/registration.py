@@ -28,6 +28,15 @@ ENV_SPECS: dict[str, dict[str, Any]] = {
 # Shared by every ID above (override any of them as gym.make keyword arguments).
 DEFAULT_KWARGS: dict[str, Any] = {"reward": "milestone", "reward_mode": "per_step", "max_turns": 8}
 
+# Schedule environments (MultiDiscrete knobs of the csrc/ templates; see schedule_env.py).
+SCHEDULE_ENTRY_POINT = "cuda_gym.envs.schedule_env:ScheduleEnv"
+SCHEDULE_ENV_SPECS: dict[str, dict[str, Any]] = {
+    "CudaSchedule-Builtin-v0": {"suite": "builtin"},
+    "CudaSchedule-L1-v0": {"suite": "kernelbench", "levels": (1,)},
+    "CudaSchedule-L2-v0": {"suite": "kernelbench", "levels": (2,)},
+}
+SCHEDULE_DEFAULT_KWARGS: dict[str, Any] = {"reward": "log_speedup", "episode_steps": 1}
+
 
 def register_envs() -> None:
     """Register the IDs with gymnasium; idempotent and cheap (imports no torch, starts nothing)."""
@@ -43,3 +52,7 @@ def register_envs() -> None:
             # Timings vary run to run, so the same action can get different feedback and reward.
             nondeterministic=True,
         )
+    for env_id, kwargs in SCHEDULE_ENV_SPECS.items():
+        if env_id not in registry:
+            register(id=env_id, entry_point=SCHEDULE_ENTRY_POINT, kwargs={**SCHEDULE_DEFAULT_KWARGS, **kwargs},
+                     nondeterministic=True)

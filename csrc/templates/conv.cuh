@@ -1,0 +1,209 @@
+// Templates: convolution (implicit GEMM), transposed convolution and pooling (CUDA), for 1, 2 or 3
+// spatial dimensions (lower ranks pass extent 1, kernel 1, stride 1, padding 0 for the missing ones).
+// Tensors are contiguous NC(D)(H)(W) fp32; y is written as y[index] = E(value, index) with the epilogue
+// contract of the other templates (`CG_FN float operator()(float v, int64_t index) const`); a per-channel
+// conv bias is an epilogue operand.
+//
+// CgConvShape: batch n, in channels c, out channels oc, groups, input extents (d, h, w), output extents
+// (od, oh, ow), kernel (kd, kh, kw), stride, padding, dilation (each d, h, w).
+//
+// cg_conv<BM, BN, BK, TM, TN>: nn.Conv1d/2d/3d (any stride, padding, dilation, groups; padding_mode zeros).
+//   Per group, a GEMM with rows m = (n, od, oh, ow), columns = the group's out channels and depth
+//   k = (c, kd, kh, kw): the input patch (A) is gathered on the fly into shared memory (zero outside the
+//   input), the weight [oc, c/groups, kd, kh, kw] is B. Threads own TM x TN sub-tiles with rows fastest,
+//   so a warp's stores run along the output's spatial axis.
+//   Knobs: BM, BN in {32, 64, 128}; BK in {8, 16, 32}; TM, TN in {2, 4, 8} (all combinations valid).
+// cg_conv_transpose<BLOCK>: nn.ConvTranspose1d/2d/3d (any stride, padding, output_padding, dilation,
+//   groups; weight [c, oc/groups, kd, kh, kw]), one thread per output gathering the inputs that reach it.
+//   Knobs: BLOCK in {64, 128, 256, 512}.
+// cg_pool<BLOCK, IS_MAX>: max pooling (with dilation) or average pooling (count_include_pad as given;
+//   ceil_mode is not supported), one thread per output. Knobs: BLOCK in {64, 128, 256, 512}.
+#pragma once
+#include "common.h"
+
+struct CgConvShape {
+    int64_t n, c, oc, groups;
+    int64_t d, h, w, od, oh, ow;
+    int64_t kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw;
+};
+
+template <int BM, int BN, int BK, int TM, int TN, class E>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+cg_conv_kernel(const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y, CgConvShape s, E e) {
+    constexpr int THREADS = (BM / TM) * (BN / TN);
+    constexpr int RSTEP = BM / TM, CSTEP = BN / TN;
+    __shared__ float As[BK][BM];
+    __shared__ float Bs[BK][BN];
+    const int64_t cg = s.c / s.groups, ocg = s.oc / s.groups;
+    const int64_t osp = s.od * s.oh * s.ow, ksp = s.kd * s.kh * s.kw, isp = s.d * s.h * s.w;
+    const int64_t M = s.n * osp, K = cg * ksp;
+    const int64_t g = blockIdx.z, m0 = (int64_t)blockIdx.x * BM, n0 = (int64_t)blockIdx.y * BN;
+    const int tid = threadIdx.x, tm = tid % RSTEP, tn = tid / RSTEP;
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    for (int64_t k0 = 0; k0 < K; k0 += BK) {
+        for (int idx = tid; idx < BM * BK; idx += THREADS) {
+            const int mm = idx % BM, kk = idx / BM;
+            const int64_t m = m0 + mm, k = k0 + kk;
+            float v = 0.f;
+            if (m < M && k < K) {
+                const int64_t nb = m / osp, sp = m - nb * osp;
+                const int64_t oz = sp / (s.oh * s.ow), oy = (sp / s.ow) % s.oh, ox = sp % s.ow;
+                const int64_t c = k / ksp, kr = k - c * ksp;
+                const int64_t kz = kr / (s.kh * s.kw), ky = (kr / s.kw) % s.kh, kx = kr % s.kw;
+                const int64_t iz = oz * s.sd - s.pd + kz * s.dd, iy = oy * s.sh - s.ph + ky * s.dh,
+                              ix = ox * s.sw - s.pw + kx * s.dw;
+                if (iz >= 0 && iz < s.d && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w)
+                    v = x[(nb * s.c + g * cg + c) * isp + (iz * s.h + iy) * s.w + ix];
+            }
+            As[kk][mm] = v;
+        }
+        for (int idx = tid; idx < BN * BK; idx += THREADS) {
+            const int kk = idx % BK, nn = idx / BK;
+            const int64_t k = k0 + kk, o = n0 + nn;
+            Bs[kk][nn] = (k < K && o < ocg) ? wt[(g * ocg + o) * K + k] : 0.f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            float a[TM], bv[TN];
+#pragma unroll
+            for (int i = 0; i < TM; ++i) a[i] = As[kk][tm + i * RSTEP];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][tn + j * CSTEP];
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int64_t m = m0 + tm + i * RSTEP;
+        if (m >= M) continue;
+        const int64_t nb = m / osp, sp = m - nb * osp;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int64_t o = n0 + tn + j * CSTEP;
+            if (o < ocg) {
+                const int64_t index = (nb * s.oc + g * ocg + o) * osp + sp;
+                y[index] = e(acc[i][j], index);
+            }
+        }
+    }
+}
+
+template <int BM, int BN, int BK, int TM, int TN, class E>
+int cg_conv(const float* x, const float* w, float* y, const CgConvShape& s, const E& e, cudaStream_t stream) {
+    const int64_t M = s.n * s.od * s.oh * s.ow, ocg = s.oc / s.groups;
+    if (M <= 0 || ocg <= 0) return 0;
+    if (s.groups > 65535 || (ocg + BN - 1) / BN > 65535 || (M + BM - 1) / BM > 2147483647LL)
+        return (int)cudaErrorInvalidConfiguration;
+    const dim3 grid((unsigned)((M + BM - 1) / BM), (unsigned)((ocg + BN - 1) / BN), (unsigned)s.groups);
+    cg_conv_kernel<BM, BN, BK, TM, TN, E><<<grid, (BM / TM) * (BN / TN), 0, stream>>>(x, w, y, s, e);
+    return (int)cudaGetLastError();
+}
+
+template <int BLOCK, class E>
+__global__ void __launch_bounds__(BLOCK)
+cg_conv_transpose_kernel(const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y, CgConvShape s, E e) {
+    const int64_t cg = s.c / s.groups, ocg = s.oc / s.groups;
+    const int64_t osp = s.od * s.oh * s.ow, isp = s.d * s.h * s.w, ksp = s.kd * s.kh * s.kw;
+    const int64_t total = s.n * s.oc * osp;
+    for (int64_t index = (int64_t)blockIdx.x * BLOCK + threadIdx.x; index < total; index += (int64_t)gridDim.x * BLOCK) {
+        const int64_t sp = index % osp, o = (index / osp) % s.oc, nb = index / (osp * s.oc);
+        const int64_t oz = sp / (s.oh * s.ow), oy = (sp / s.ow) % s.oh, ox = sp % s.ow;
+        const int64_t g = o / ocg, og = o - g * ocg;
+        float acc = 0.f;
+        for (int64_t kz = 0; kz < s.kd; ++kz) {
+            const int64_t tz = oz + s.pd - kz * s.dd;
+            if (tz < 0 || tz % s.sd) continue;
+            const int64_t iz = tz / s.sd;
+            if (iz >= s.d) continue;
+            for (int64_t ky = 0; ky < s.kh; ++ky) {
+                const int64_t ty = oy + s.ph - ky * s.dh;
+                if (ty < 0 || ty % s.sh) continue;
+                const int64_t iy = ty / s.sh;
+                if (iy >= s.h) continue;
+                for (int64_t kx = 0; kx < s.kw; ++kx) {
+                    const int64_t tx = ox + s.pw - kx * s.dw;
+                    if (tx < 0 || tx % s.sw) continue;
+                    const int64_t ix = tx / s.sw;
+                    if (ix >= s.w) continue;
+                    const float* xp = x + (nb * s.c + g * cg) * isp + (iz * s.h + iy) * s.w + ix;
+                    const float* wp = wt + (g * cg * ocg + og) * ksp + (kz * s.kh + ky) * s.kw + kx;
+                    for (int64_t c = 0; c < cg; ++c) acc = fmaf(xp[c * isp], wp[c * ocg * ksp], acc);
+                }
+            }
+        }
+        y[index] = e(acc, index);
+    }
+}
+
+template <int BLOCK, class E>
+int cg_conv_transpose(const float* x, const float* w, float* y, const CgConvShape& s, const E& e, cudaStream_t stream) {
+    const int64_t total = s.n * s.oc * s.od * s.oh * s.ow;
+    if (total <= 0) return 0;
+    int64_t blocks = (total + BLOCK - 1) / BLOCK;
+    if (blocks > (1LL << 30)) blocks = 1LL << 30;
+    cg_conv_transpose_kernel<BLOCK, E><<<(unsigned)blocks, BLOCK, 0, stream>>>(x, w, y, s, e);
+    return (int)cudaGetLastError();
+}
+
+// Pooling: s.c == s.oc channels, groups unused; count_include_pad selects the average's divisor.
+template <int BLOCK, bool IS_MAX, class E>
+__global__ void __launch_bounds__(BLOCK)
+cg_pool_kernel(const float* __restrict__ x, float* __restrict__ y, CgConvShape s, bool count_include_pad, E e) {
+    const int64_t osp = s.od * s.oh * s.ow, isp = s.d * s.h * s.w;
+    const int64_t total = s.n * s.c * osp;
+    for (int64_t index = (int64_t)blockIdx.x * BLOCK + threadIdx.x; index < total; index += (int64_t)gridDim.x * BLOCK) {
+        const int64_t sp = index % osp, nc = index / osp;
+        const int64_t oz = sp / (s.oh * s.ow), oy = (sp / s.ow) % s.oh, ox = sp % s.ow;
+        const float* xp = x + nc * isp;
+        float acc = IS_MAX ? -INFINITY : 0.f;
+        int64_t counted = 0;
+        for (int64_t kz = 0; kz < s.kd; ++kz) {
+            const int64_t iz = oz * s.sd - s.pd + kz * s.dd;
+            for (int64_t ky = 0; ky < s.kh; ++ky) {
+                const int64_t iy = oy * s.sh - s.ph + ky * s.dh;
+                for (int64_t kx = 0; kx < s.kw; ++kx) {
+                    const int64_t ix = ox * s.sw - s.pw + kx * s.dw;
+                    const bool inside = iz >= 0 && iz < s.d && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
+                    if (IS_MAX) {
+                        if (inside) acc = cg_max(acc, xp[(iz * s.h + iy) * s.w + ix]);
+                    } else {
+                        if (inside) { acc += xp[(iz * s.h + iy) * s.w + ix]; ++counted; }
+                    }
+                }
+            }
+        }
+        if (!IS_MAX) {
+            // With count_include_pad the divisor is the window clipped to the padded input, as torch does.
+            int64_t div = counted;
+            if (count_include_pad) {
+                const int64_t z0 = oz * s.sd - s.pd, y0 = oy * s.sh - s.ph, x0 = ox * s.sw - s.pw;
+                const int64_t z1 = z0 + s.kd < s.d + s.pd ? z0 + s.kd : s.d + s.pd;
+                const int64_t y1 = y0 + s.kh < s.h + s.ph ? y0 + s.kh : s.h + s.ph;
+                const int64_t x1 = x0 + s.kw < s.w + s.pw ? x0 + s.kw : s.w + s.pw;
+                div = (z1 - z0) * (y1 - y0) * (x1 - x0);
+            }
+            acc = div > 0 ? acc / (float)div : 0.f;
+        }
+        y[index] = e(acc, index);
+    }
+}
+
+template <int BLOCK, bool IS_MAX, class E>
+int cg_pool(const float* x, float* y, const CgConvShape& s, bool count_include_pad, const E& e, cudaStream_t stream) {
+    const int64_t total = s.n * s.c * s.od * s.oh * s.ow;
+    if (total <= 0) return 0;
+    int64_t blocks = (total + BLOCK - 1) / BLOCK;
+    if (blocks > (1LL << 30)) blocks = 1LL << 30;
+    cg_pool_kernel<BLOCK, IS_MAX, E><<<(unsigned)blocks, BLOCK, 0, stream>>>(x, y, s, count_include_pad, e);
+    return (int)cudaGetLastError();
+}

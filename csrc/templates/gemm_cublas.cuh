@@ -1,0 +1,53 @@
+// Template: cuBLAS SGEMM (fp32, default math mode: no TF32) followed by the epilogue in one pass (CUDA).
+//
+// Same contract as gemm.cuh's cg_gemm (C[(b*M + m)*N + n] = E(sum_k A*B, index)), for operands whose
+// strides cuBLAS can express: in each of A and B one of the two matrix strides is 1 and the other is at
+// least the matching extent. The product is written by cublasSgemmStridedBatched, then an elementwise
+// pass applies E in place (skipped when the epilogue is the identity). Link with -lcublas.
+//
+// Knobs: EPI_BLOCK (threads of the epilogue pass) in {128, 256, 512, 1024}.
+// Returns 0, a CUDA error code, or 10000 + a cuBLAS status.
+#pragma once
+#include "common.h"
+#include <cublas_v2.h>
+
+template <int BLOCK, class E>
+__global__ void __launch_bounds__(BLOCK) cg_epilogue_kernel(float* __restrict__ C, int64_t n, E e) {
+    for (int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (int64_t)gridDim.x * BLOCK) C[i] = e(C[i], i);
+}
+
+static cublasHandle_t cg_cublas_handle() {
+    static cublasHandle_t handle = nullptr;
+    if (handle == nullptr && cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) handle = nullptr;
+    return handle;
+}
+
+template <int EPI_BLOCK, bool IDENTITY_EPILOGUE, class E>
+int cg_gemm_cublas(const float* A, const float* B, float* C, int64_t batch, int64_t M, int64_t N, int64_t K,
+                   int64_t sAb, int64_t sAm, int64_t sAk, int64_t sBb, int64_t sBk, int64_t sBn, const E& e,
+                   cudaStream_t stream) {
+    if (batch <= 0 || M <= 0 || N <= 0) return 0;
+    cublasHandle_t h = cg_cublas_handle();
+    if (h == nullptr) return 10000 + (int)CUBLAS_STATUS_NOT_INITIALIZED;
+    cublasStatus_t s = cublasSetStream(h, stream);
+    if (s != CUBLAS_STATUS_SUCCESS) return 10000 + (int)s;
+    // Row-major C[M,N] = A[M,K] B[K,N] is column-major C^T[N,M] = B^T[N,K] A^T[K,M].
+    // Column-major B^T (N x K): element (n, k) at n*sBn + k*sBk.
+    const bool b_n_unit = sBn == 1;
+    const cublasOperation_t opB = b_n_unit ? CUBLAS_OP_N : CUBLAS_OP_T;
+    const int64_t ldb = b_n_unit ? sBk : sBn;
+    const bool a_k_unit = sAk == 1;
+    const cublasOperation_t opA = a_k_unit ? CUBLAS_OP_N : CUBLAS_OP_T;
+    const int64_t lda = a_k_unit ? sAm : sAk;
+    const float alpha = 1.f, beta = 0.f;
+    s = cublasSgemmStridedBatched(h, opB, opA, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, (long long)sBb, A, (int)lda,
+                                  (long long)sAb, &beta, C, (int)N, (long long)(M * N), (int)batch);
+    if (s != CUBLAS_STATUS_SUCCESS) return 10000 + (int)s;
+    if (!IDENTITY_EPILOGUE) {
+        const int64_t n = batch * M * N;
+        int64_t blocks = (n + EPI_BLOCK - 1) / EPI_BLOCK;
+        if (blocks > (1LL << 30)) blocks = 1LL << 30;
+        cg_epilogue_kernel<EPI_BLOCK, E><<<(unsigned)blocks, EPI_BLOCK, 0, stream>>>(C, n, e);
+    }
+    return (int)cudaGetLastError();
+}

@@ -1,0 +1,296 @@
+// Templates: reductions and normalisations over one axis (CUDA).
+//
+// The input x is viewed as [outer, R, inner] (contiguous): the reduced axis has length R and stride
+// `inner`. Two layouts, picked by the launcher:
+//   inner == 1  one block per row: BLOCK threads stride over the row with V-wide loads, warp-shuffle
+//               + shared-memory tree for the block result;
+//   inner  > 1  one thread per (outer, inner) column walking R, so a warp reads consecutive addresses.
+//
+// cg_reduce<KIND>: y[o, j] = E(reduce_r x[o, r, j], o * inner + j), KIND one of
+//   CG_SUM, CG_MAX, CG_MIN, CG_PROD, CG_LOGSUMEXP (max, then log sum exp(x - max) + max).
+//   Mean is CG_SUM with E multiplying by 1/R.
+// cg_argreduce<IS_MAX>: int64 y[o, j] = first index r of the max (min) of x[o, :, j], as torch.argmax.
+// cg_normalize<KIND>: y has x's shape, y[o, r, j] = E(norm(x)[o, r, j], linear index), KIND one of
+//   CG_SOFTMAX, CG_LOG_SOFTMAX (max-shifted, 3 passes),
+//   CG_LAYER_NORM (mean, then centred variance, biased, then (x - mean) * rsqrt(var + eps) * g + b),
+//   CG_RMS_NORM (x * rsqrt(mean(x^2) + eps) * g + b).
+//   g and b may be null; their index for element (row, r) is (row % aff_groups) * aff_group_size
+//   + r / aff_div (layer norm: 1, 0, 1; group norm over rows (n, group): G, C/G, spatial size).
+//
+// Knobs (template parameters):
+//   BLOCK  threads per block   32, 64, 128, 256, 512, 1024
+//   V      vector width        1, 2, 4 (rows only; falls back to 1 when R % V or the alignment forbids)
+// Epilogue functor contract: `CG_FN float operator()(float v, int64_t index) const`.
+#pragma once
+#include "common.h"
+
+enum { CG_SUM = 0, CG_MAX = 1, CG_MIN = 2, CG_PROD = 3, CG_LOGSUMEXP = 4 };
+enum { CG_SOFTMAX = 0, CG_LOG_SOFTMAX = 1, CG_LAYER_NORM = 2, CG_RMS_NORM = 3 };
+
+struct CgIdentity {
+    CG_FN float operator()(float v, int64_t) const { return v; }
+};
+
+template <int OP> CG_FN float cg_combine(float a, float b) {
+    if constexpr (OP == CG_SUM) return a + b;
+    else if constexpr (OP == CG_MAX) return cg_max(a, b);
+    else if constexpr (OP == CG_MIN) return cg_min(a, b);
+    else return a * b;
+}
+template <int OP> CG_FN float cg_identity() {
+    if constexpr (OP == CG_SUM) return 0.f;
+    else if constexpr (OP == CG_MAX) return -INFINITY;
+    else if constexpr (OP == CG_MIN) return INFINITY;
+    else return 1.f;
+}
+
+// Every thread gets the result. Safe to call repeatedly (syncs before reusing the scratch).
+template <int BLOCK, int OP> __device__ float cg_block_reduce(float v) {
+    __shared__ float scratch[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = cg_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = (int)threadIdx.x < BLOCK / 32 ? scratch[threadIdx.x] : cg_identity<OP>();
+    if (threadIdx.x < 32) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = cg_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (threadIdx.x == 0) scratch[0] = v;
+    }
+    __syncthreads();
+    return scratch[0];
+}
+
+// OP over row[0..R) of values MAP(x); every thread gets it.
+template <int BLOCK, int V, int OP, class Map>
+__device__ float cg_row_pass(const float* __restrict__ row, int64_t R, Map map) {
+    float acc = cg_identity<OP>();
+    for (int64_t r = (int64_t)threadIdx.x * V; r < R; r += (int64_t)BLOCK * V) {
+        float v[V];
+        cg_load<V>(row + r, v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc = cg_combine<OP>(acc, map(v[j]));
+    }
+    return cg_block_reduce<BLOCK, OP>(acc);
+}
+
+struct CgPlain { CG_FN float operator()(float v) const { return v; } };
+struct CgExpShift { float m; CG_FN float operator()(float v) const { return expf(v - m); } };
+struct CgSquareShift { float m; CG_FN float operator()(float v) const { const float d = v - m; return d * d; } };
+struct CgSquare { CG_FN float operator()(float v) const { return v * v; } };
+
+template <int BLOCK, int V, int KIND, class E>
+__global__ void __launch_bounds__(BLOCK) cg_reduce_rows(const float* __restrict__ x, float* __restrict__ y,
+                                                        int64_t outer, int64_t R, E e) {
+    for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
+        const float* row = x + o * R;
+        float v;
+        if constexpr (KIND == CG_LOGSUMEXP) {
+            const float m = cg_row_pass<BLOCK, V, CG_MAX>(row, R, CgPlain{});
+            const float s = cg_row_pass<BLOCK, V, CG_SUM>(row, R, CgExpShift{isinf(m) ? 0.f : m});
+            v = logf(s) + (isinf(m) ? 0.f : m);
+        } else {
+            v = cg_row_pass<BLOCK, V, KIND>(row, R, CgPlain{});
+        }
+        if (threadIdx.x == 0) y[o] = e(v, o);
+    }
+}
+
+template <int BLOCK, int KIND, class E>
+__global__ void __launch_bounds__(BLOCK) cg_reduce_cols(const float* __restrict__ x, float* __restrict__ y,
+                                                        int64_t outer, int64_t R, int64_t inner, E e) {
+    const int64_t total = outer * inner;
+    for (int64_t t = (int64_t)blockIdx.x * BLOCK + threadIdx.x; t < total; t += (int64_t)gridDim.x * BLOCK) {
+        const int64_t o = t / inner, j = t - o * inner;
+        const float* col = x + o * R * inner + j;
+        float v;
+        if constexpr (KIND == CG_LOGSUMEXP) {
+            float m = -INFINITY;
+            for (int64_t r = 0; r < R; ++r) m = cg_max(m, col[r * inner]);
+            const float shift = isinf(m) ? 0.f : m;
+            float s = 0.f;
+            for (int64_t r = 0; r < R; ++r) s += expf(col[r * inner] - shift);
+            v = logf(s) + shift;
+        } else {
+            v = cg_identity<KIND>();
+            for (int64_t r = 0; r < R; ++r) v = cg_combine<KIND>(v, col[r * inner]);
+        }
+        y[t] = e(v, t);
+    }
+}
+
+static inline unsigned cg_grid(int64_t work, int64_t per_block) {
+    int64_t blocks = (work + per_block - 1) / per_block;
+    if (blocks > (1LL << 30)) blocks = 1LL << 30;
+    return (unsigned)(blocks < 1 ? 1 : blocks);
+}
+
+template <int BLOCK, int V, int KIND, class E>
+int cg_reduce(const float* x, float* y, int64_t outer, int64_t R, int64_t inner, const E& e, cudaStream_t stream) {
+    if (outer * inner <= 0) return 0;
+    if (inner == 1) {
+        if (V > 1 && (R % V != 0 || !cg_aligned({x}, 4 * V))) return cg_reduce<BLOCK, 1, KIND, E>(x, y, outer, R, inner, e, stream);
+        cg_reduce_rows<BLOCK, V, KIND, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(x, y, outer, R, e);
+    } else {
+        cg_reduce_cols<BLOCK, KIND, E><<<cg_grid(outer * inner, BLOCK), BLOCK, 0, stream>>>(x, y, outer, R, inner, e);
+    }
+    return (int)cudaGetLastError();
+}
+
+// ------------------------------------------------------------------------------------- argmax / argmin
+template <bool IS_MAX> CG_FN bool cg_better(float v, int64_t i, float best, int64_t best_i) {
+    if (v != v) return !(best != best) || i < best_i;       // NaN counts as the extreme, as in torch
+    if (best != best) return false;
+    return (IS_MAX ? v > best : v < best) || (v == best && i < best_i);
+}
+
+template <int BLOCK, bool IS_MAX>
+__global__ void __launch_bounds__(BLOCK) cg_argreduce_kernel(const float* __restrict__ x, int64_t* __restrict__ y,
+                                                             int64_t outer, int64_t R, int64_t inner) {
+    __shared__ float best_v[BLOCK];
+    __shared__ int64_t best_i[BLOCK];
+    if (inner == 1) {
+        for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
+            float bv = IS_MAX ? -INFINITY : INFINITY;
+            int64_t bi = R;
+            for (int64_t r = threadIdx.x; r < R; r += BLOCK) {
+                const float v = x[o * R + r];
+                if (cg_better<IS_MAX>(v, r, bv, bi)) { bv = v; bi = r; }
+            }
+            __syncthreads();
+            best_v[threadIdx.x] = bv; best_i[threadIdx.x] = bi;
+            __syncthreads();
+            for (int s = BLOCK / 2; s > 0; s >>= 1) {
+                if ((int)threadIdx.x < s && cg_better<IS_MAX>(best_v[threadIdx.x + s], best_i[threadIdx.x + s],
+                                                               best_v[threadIdx.x], best_i[threadIdx.x])) {
+                    best_v[threadIdx.x] = best_v[threadIdx.x + s]; best_i[threadIdx.x] = best_i[threadIdx.x + s];
+                }
+                __syncthreads();
+            }
+            if (threadIdx.x == 0) y[o] = best_i[0] >= R ? 0 : best_i[0];
+        }
+    } else {
+        const int64_t total = outer * inner;
+        for (int64_t t = (int64_t)blockIdx.x * BLOCK + threadIdx.x; t < total; t += (int64_t)gridDim.x * BLOCK) {
+            const int64_t o = t / inner, j = t - o * inner;
+            float bv = IS_MAX ? -INFINITY : INFINITY;
+            int64_t bi = R;
+            for (int64_t r = 0; r < R; ++r) {
+                const float v = x[(o * R + r) * inner + j];
+                if (cg_better<IS_MAX>(v, r, bv, bi)) { bv = v; bi = r; }
+            }
+            y[t] = bi >= R ? 0 : bi;
+        }
+    }
+}
+
+template <int BLOCK, bool IS_MAX>
+int cg_argreduce(const float* x, int64_t* y, int64_t outer, int64_t R, int64_t inner, cudaStream_t stream) {
+    if (outer * inner <= 0) return 0;
+    const unsigned grid = inner == 1 ? cg_grid(outer, 1) : cg_grid(outer * inner, BLOCK);
+    cg_argreduce_kernel<BLOCK, IS_MAX><<<grid, BLOCK, 0, stream>>>(x, y, outer, R, inner);
+    return (int)cudaGetLastError();
+}
+
+// ------------------------------------------------------------------------------------- normalisations
+struct CgAffine {
+    const float* g;
+    const float* b;
+    int64_t groups, group_size, div;
+    CG_FN float apply(float v, int64_t row, int64_t r) const {
+        if (g == nullptr && b == nullptr) return v;
+        const int64_t k = (row % groups) * group_size + r / div;
+        return (g ? v * g[k] : v) + (b ? b[k] : 0.f);
+    }
+};
+
+template <int BLOCK, int V, int KIND, class E>
+__global__ void __launch_bounds__(BLOCK) cg_normalize_rows(const float* __restrict__ x, float* __restrict__ y,
+                                                           int64_t outer, int64_t R, float eps, CgAffine aff, E e) {
+    for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
+        const float* row = x + o * R;
+        float a = 0.f, b = 1.f;  // y = (x - a) * b, or for softmax exp(x - a) * b, log-softmax x - a - b
+        if constexpr (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
+            const float m = cg_row_pass<BLOCK, V, CG_MAX>(row, R, CgPlain{});
+            a = isinf(m) ? 0.f : m;
+            const float s = cg_row_pass<BLOCK, V, CG_SUM>(row, R, CgExpShift{a});
+            b = KIND == CG_SOFTMAX ? 1.f / s : logf(s);
+        } else if constexpr (KIND == CG_LAYER_NORM) {
+            a = cg_row_pass<BLOCK, V, CG_SUM>(row, R, CgPlain{}) / (float)R;
+            const float var = cg_row_pass<BLOCK, V, CG_SUM>(row, R, CgSquareShift{a}) / (float)R;
+            b = rsqrtf(var + eps);
+        } else {
+            a = 0.f;
+            b = rsqrtf(cg_row_pass<BLOCK, V, CG_SUM>(row, R, CgSquare{}) / (float)R + eps);
+        }
+        for (int64_t r = (int64_t)threadIdx.x * V; r < R; r += (int64_t)BLOCK * V) {
+            float v[V];
+            cg_load<V>(row + r, v);
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                float t;
+                if constexpr (KIND == CG_SOFTMAX) t = expf(v[j] - a) * b;
+                else if constexpr (KIND == CG_LOG_SOFTMAX) t = v[j] - a - b;
+                else t = aff.apply((v[j] - a) * b, o, r + j);
+                v[j] = e(t, o * R + r + j);
+            }
+            cg_store<V>(y + o * R + r, v);
+        }
+    }
+}
+
+template <int BLOCK, int KIND, class E>
+__global__ void __launch_bounds__(BLOCK) cg_normalize_cols(const float* __restrict__ x, float* __restrict__ y,
+                                                           int64_t outer, int64_t R, int64_t inner, float eps,
+                                                           CgAffine aff, E e) {
+    const int64_t total = outer * inner;
+    for (int64_t t = (int64_t)blockIdx.x * BLOCK + threadIdx.x; t < total; t += (int64_t)gridDim.x * BLOCK) {
+        const int64_t o = t / inner, j = t - o * inner;
+        const float* col = x + o * R * inner + j;
+        float a = 0.f, b = 1.f;
+        if constexpr (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
+            float m = -INFINITY;
+            for (int64_t r = 0; r < R; ++r) m = cg_max(m, col[r * inner]);
+            a = isinf(m) ? 0.f : m;
+            float s = 0.f;
+            for (int64_t r = 0; r < R; ++r) s += expf(col[r * inner] - a);
+            b = KIND == CG_SOFTMAX ? 1.f / s : logf(s);
+        } else if constexpr (KIND == CG_LAYER_NORM) {
+            float s = 0.f;
+            for (int64_t r = 0; r < R; ++r) s += col[r * inner];
+            a = s / (float)R;
+            float q = 0.f;
+            for (int64_t r = 0; r < R; ++r) { const float d = col[r * inner] - a; q += d * d; }
+            b = rsqrtf(q / (float)R + eps);
+        } else {
+            float q = 0.f;
+            for (int64_t r = 0; r < R; ++r) { const float v = col[r * inner]; q += v * v; }
+            b = rsqrtf(q / (float)R + eps);
+        }
+        for (int64_t r = 0; r < R; ++r) {
+            const float v = col[r * inner];
+            float u;
+            if constexpr (KIND == CG_SOFTMAX) u = expf(v - a) * b;
+            else if constexpr (KIND == CG_LOG_SOFTMAX) u = v - a - b;
+            else u = aff.apply((v - a) * b, o, r);
+            const int64_t index = (o * R + r) * inner + j;
+            y[index] = e(u, index);
+        }
+    }
+}
+
+template <int BLOCK, int V, int KIND, class E>
+int cg_normalize(const float* x, float* y, int64_t outer, int64_t R, int64_t inner, float eps, CgAffine aff,
+                 const E& e, cudaStream_t stream) {
+    if (outer * inner * R <= 0) return 0;
+    if (inner == 1) {
+        if (V > 1 && (R % V != 0 || !cg_aligned({x, y}, 4 * V)))
+            return cg_normalize<BLOCK, 1, KIND, E>(x, y, outer, R, inner, eps, aff, e, stream);
+        cg_normalize_rows<BLOCK, V, KIND, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(x, y, outer, R, eps, aff, e);
+    } else {
+        cg_normalize_cols<BLOCK, KIND, E><<<cg_grid(outer * inner, BLOCK), BLOCK, 0, stream>>>(x, y, outer, R, inner,
+                                                                                              eps, aff, e);
+    }
+    return (int)cudaGetLastError();
+}

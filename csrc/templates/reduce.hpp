@@ -1,0 +1,122 @@
+// Templates: reductions and normalisations over one axis (C++ twin for the CPU backend).
+//
+// Same contracts as reduce.cuh: x viewed as [outer, R, inner]; cg_reduce<KIND>, cg_argreduce<IS_MAX>,
+// cg_normalize<KIND> with the epilogue `float operator()(float v, int64_t index) const` and CgAffine.
+// OpenMP threads over the (outer, inner) positions in chunks of ROWS; a row (inner == 1) is walked with
+// `#pragma omp simd` reductions.
+//
+// Knobs (template parameters): ROWS (positions per OpenMP chunk) in {1, 4, 16, 64}.
+#pragma once
+#include "common.h"
+#include <omp.h>
+
+enum { CG_SUM = 0, CG_MAX = 1, CG_MIN = 2, CG_PROD = 3, CG_LOGSUMEXP = 4 };
+enum { CG_SOFTMAX = 0, CG_LOG_SOFTMAX = 1, CG_LAYER_NORM = 2, CG_RMS_NORM = 3 };
+
+struct CgIdentity {
+    float operator()(float v, int64_t) const { return v; }
+};
+
+struct CgAffine {
+    const float* g;
+    const float* b;
+    int64_t groups, group_size, div;
+    float apply(float v, int64_t row, int64_t r) const {
+        if (g == nullptr && b == nullptr) return v;
+        const int64_t k = (row % groups) * group_size + r / div;
+        return (g ? v * g[k] : v) + (b ? b[k] : 0.f);
+    }
+};
+
+template <int KIND> static inline float cg_reduce_line(const float* p, int64_t R, int64_t stride) {
+    if (KIND == CG_SUM) {
+        float s = 0.f;
+        if (stride == 1) {
+            #pragma omp simd reduction(+ : s)
+            for (int64_t r = 0; r < R; ++r) s += p[r];
+        } else {
+            for (int64_t r = 0; r < R; ++r) s += p[r * stride];
+        }
+        return s;
+    }
+    if (KIND == CG_MAX || KIND == CG_MIN || KIND == CG_LOGSUMEXP) {
+        float m = (KIND == CG_MIN) ? INFINITY : -INFINITY;
+        for (int64_t r = 0; r < R; ++r) m = KIND == CG_MIN ? cg_min(m, p[r * stride]) : cg_max(m, p[r * stride]);
+        if (KIND != CG_LOGSUMEXP) return m;
+        const float shift = std::isinf(m) ? 0.f : m;
+        float s = 0.f;
+        for (int64_t r = 0; r < R; ++r) s += expf(p[r * stride] - shift);
+        return logf(s) + shift;
+    }
+    float q = 1.f;
+    for (int64_t r = 0; r < R; ++r) q *= p[r * stride];
+    return q;
+}
+
+template <int ROWS, int KIND, class E>
+int cg_reduce(const float* x, float* y, int64_t outer, int64_t R, int64_t inner, const E& e) {
+    const int64_t total = outer * inner;
+    #pragma omp parallel for schedule(static, ROWS)
+    for (int64_t t = 0; t < total; ++t) {
+        const int64_t o = t / inner, j = t - o * inner;
+        y[t] = e(cg_reduce_line<KIND>(x + o * R * inner + j, R, inner), t);
+    }
+    return 0;
+}
+
+template <int ROWS, bool IS_MAX>
+int cg_argreduce(const float* x, int64_t* y, int64_t outer, int64_t R, int64_t inner) {
+    const int64_t total = outer * inner;
+    #pragma omp parallel for schedule(static, ROWS)
+    for (int64_t t = 0; t < total; ++t) {
+        const int64_t o = t / inner, j = t - o * inner;
+        const float* p = x + o * R * inner + j;
+        int64_t best = 0;
+        float bv = p[0];
+        for (int64_t r = 1; r < R; ++r) {
+            const float v = p[r * inner];
+            if (bv != bv) break;                        // NaN is the extreme, first one wins (torch)
+            if (v != v || (IS_MAX ? v > bv : v < bv)) { bv = v; best = r; }
+        }
+        y[t] = R > 0 ? best : 0;
+    }
+    return 0;
+}
+
+template <int ROWS, int KIND, class E>
+int cg_normalize(const float* x, float* y, int64_t outer, int64_t R, int64_t inner, float eps, CgAffine aff,
+                 const E& e) {
+    const int64_t total = outer * inner;
+    #pragma omp parallel for schedule(static, ROWS)
+    for (int64_t t = 0; t < total; ++t) {
+        const int64_t o = t / inner, j = t - o * inner;
+        const float* p = x + o * R * inner + j;
+        float* q = y + o * R * inner + j;
+        float a = 0.f, b = 1.f;
+        if (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
+            const float m = cg_reduce_line<CG_MAX>(p, R, inner);
+            a = std::isinf(m) ? 0.f : m;
+            float s = 0.f;
+            for (int64_t r = 0; r < R; ++r) s += expf(p[r * inner] - a);
+            b = KIND == CG_SOFTMAX ? 1.f / s : logf(s);
+        } else if (KIND == CG_LAYER_NORM) {
+            a = cg_reduce_line<CG_SUM>(p, R, inner) / (float)R;
+            float v = 0.f;
+            for (int64_t r = 0; r < R; ++r) { const float d = p[r * inner] - a; v += d * d; }
+            b = 1.f / sqrtf(v / (float)R + eps);
+        } else {
+            float v = 0.f;
+            for (int64_t r = 0; r < R; ++r) v += p[r * inner] * p[r * inner];
+            b = 1.f / sqrtf(v / (float)R + eps);
+        }
+        for (int64_t r = 0; r < R; ++r) {
+            const float v = p[r * inner];
+            float u;
+            if (KIND == CG_SOFTMAX) u = expf(v - a) * b;
+            else if (KIND == CG_LOG_SOFTMAX) u = v - a - b;
+            else u = aff.apply((v - a) * b, o, r);
+            q[r * inner] = e(u, (o * R + r) * inner + j);
+        }
+    }
+    return 0;
+}
