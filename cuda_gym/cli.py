@@ -163,6 +163,7 @@ def add_eval_options(sub: argparse.ArgumentParser) -> None:
 COMMAND_MODULES: tuple[str, ...] = (
     "cuda_gym.leaderboard.command",
     "agents.cli",
+    "cuda_gym.synth.cli",
 )
 
 

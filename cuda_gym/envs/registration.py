@@ -18,6 +18,8 @@ ENV_SPECS: dict[str, dict[str, Any]] = {
     "CudaKernel-L3-v0": {"suite": "kernelbench", "levels": (3,)},
     # CUDA Agent's synthesized training operators (data_path=... or $CUDA_GYM_OPS6K)
     "CudaKernel-Ops6K-v0": {"suite": "ops6k"},
+    # tasks written by `cuda-gym synth --out DIR` (data_path=DIR or $CUDA_GYM_SYNTH)
+    "CudaKernel-Synth-v0": {"suite": "synth"},
     # the tasks that ship with cuda_gym
     "CudaKernel-Builtin-v0": {"suite": "builtin"},
     "CudaKernel-Builtin-L1-v0": {"suite": "builtin", "levels": (1,)},
