@@ -34,7 +34,7 @@ class SizingConfig:
     bytes_per_s: dict[str, float] = field(default_factory=lambda: {"cuda": 3.0e12, "cpu": 3e9})
     launch_s: dict[str, float] = field(default_factory=lambda: {"cuda": 5e-6, "cpu": 5e-6})
     target_ms: dict[str, float] = field(default_factory=lambda: {"cuda": 4.0, "cpu": 4.0})
-    max_tensor_bytes: dict[str, int] = field(default_factory=lambda: {"cuda": 2 * 2**30, "cpu": 128 * 2**20})
+    max_tensor_bytes: dict[str, int] = field(default_factory=lambda: {"cuda": 2**30, "cpu": 128 * 2**20})
     max_param_bytes: dict[str, int] = field(default_factory=lambda: {"cuda": 2**30, "cpu": 256 * 2**20})
     max_batch: int = 2**20
 

@@ -34,7 +34,7 @@ WINDOW_MS = {"cuda": (1.0, 100.0), "cpu": (1.0, 100.0)}
 FUNNEL_ORDER = ("composed", "compose_failed", "duplicate", "contaminated_signature", "contaminated_ast", "checked",
                 "load", "eager", "timing", "out_of_memory", "mutates_inputs", "nondeterministic", "nonfinite",
                 "degenerate", "crash", "timeout", "passed_execution", "surplus", "compile_checked", "compile",
-                "compile_mismatch", "tasks")
+                "compile_mismatch", "stopped_by_time_budget", "tasks")
 
 
 class Composer(Protocol):
@@ -55,6 +55,8 @@ class SynthConfig:
     eager-time window on `backend` (default 1-100 ms). calibrate_rounds: retries with a rescaled batch
     size for a task outside the window (0: none). workers: filter processes (default: CPU cores on
     cpu, min(8, cores) on cuda); threads_per_worker: torch threads of each CPU worker.
+    time_budget_s: stop drawing new candidates after this long (the round in flight finishes and
+    the compile check still runs), keeping what passed so far.
     """
 
     n: int = 100
@@ -78,6 +80,7 @@ class SynthConfig:
     threads_per_worker: int | None = None
     task_timeout_s: float = 120.0
     compile_timeout_s: float = 600.0
+    time_budget_s: float | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -173,9 +176,12 @@ def compose_many(composer: Composer, indices: Sequence[int]) -> list[TaskPlan | 
         return list(executor.map(one, indices))
 
 
-def _round_size(config: SynthConfig, wanted: int, checked: int, passed: int, left: int, workers: int) -> int:
+ROUND_LIMIT = 256  # candidates per round at most, so a time budget is checked often enough
+
+
+def _round_size(wanted: int, checked: int, passed: int, left: int, workers: int) -> int:
     rate = passed / checked if checked else 0.75
-    return min(left, max(math.ceil(wanted / max(rate, 0.05) * 1.2), 2 * workers))
+    return min(left, ROUND_LIMIT, max(math.ceil(wanted / max(rate, 0.05) * 1.2), 2 * workers))
 
 
 def _check_job(candidate: SynthTask, config: SynthConfig, kind: str) -> dict[str, Any]:
@@ -210,7 +216,10 @@ def synthesize(config: SynthConfig, composer: Composer | None = None,
                                             else None)
     with CheckPool(config.backend, workers, threads=threads) as pool:
         while len(kept) < config.n and next_index < config.candidate_budget:
-            count = _round_size(config, config.n - len(kept), checked, len(kept), config.candidate_budget - next_index,
+            if config.time_budget_s is not None and time.perf_counter() - started > config.time_budget_s:
+                funnel["stopped_by_time_budget"] = 1
+                break
+            count = _round_size(config.n - len(kept), checked, len(kept), config.candidate_budget - next_index,
                                 workers)
             stage_start = time.perf_counter()
             batch: list[SynthTask] = []
