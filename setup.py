@@ -2,10 +2,10 @@
 from setuptools import find_packages, setup
 
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout>=2", "pyarrow>=12", "transformers>=4.50", "matplotlib>=3.5",
+    "test": ["pytest>=7", "pytest-timeout>=2", "pyarrow>=12", "transformers>=4.56", "openai>=1.30", "matplotlib>=3.5",
              "stable-baselines3>=2.3", "sb3-contrib>=2.3"],
     "data": ["pyarrow>=12"],
-    "agents": ["transformers>=4.40"],
+    "agents": ["openai>=1.30", "transformers>=4.56"],  # agents/llm (4.56: from_pretrained(dtype=))
     "rl": ["stable-baselines3>=2.3", "sb3-contrib>=2.3"],  # agents/schedule_ppo.py
     "rl-llm": ["transformers>=4.50", "peft>=0.10"],  # agents/ppo, agents/rft (peft: LoRA only)
     "plot": ["matplotlib>=3.5"],

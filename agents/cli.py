@@ -80,18 +80,24 @@ def _select_tasks(args: argparse.Namespace) -> list:
     return tasks
 
 
+def _check_model_options(args: argparse.Namespace) -> None:
+    if bool(args.base_url) == bool(args.checkpoint):
+        raise ValueError("give either --base-url URL --model NAME (a server) or --checkpoint PATH (a local model)")
+    if args.base_url and not args.model:
+        raise ValueError("--base-url needs --model NAME (the name the server serves, e.g. from GET /v1/models)")
+    if args.checkpoint and not Path(args.checkpoint).is_dir():
+        raise ValueError(f"--checkpoint {args.checkpoint} is not a folder; give a local checkpoint folder "
+                         "(config.json, weights, tokenizer with a chat template)")
+
+
 def _chat_backend(args: argparse.Namespace):
     from .llm import OpenAIChat, SamplingConfig, TransformersChat
 
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                               seed=args.seed)
-    if bool(args.base_url) == bool(args.checkpoint):
-        raise ValueError("give either --base-url URL --model NAME (a server) or --checkpoint PATH (a local model)")
     if args.checkpoint:
         return TransformersChat.from_pretrained(args.checkpoint, device=args.device, dtype=args.dtype,
                                                 sampling=sampling)
-    if not args.model:
-        raise ValueError("--base-url needs --model NAME (the name the server serves, e.g. from GET /v1/models)")
     return OpenAIChat(args.base_url, args.model, api_key=args.api_key, sampling=sampling, timeout_s=args.timeout,
                       retries=args.retries, logprobs=not args.no_logprobs, return_token_ids=args.return_token_ids)
 
@@ -104,6 +110,7 @@ def run_agent(args: argparse.Namespace) -> int:
     from .rollout import SUMMARY_FILE, TRAJECTORIES_FILE, RolloutConfig, rollout
 
     try:
+        _check_model_options(args)
         tasks = _select_tasks(args)
     except (KeyError, FileNotFoundError, ValueError) as exc:
         return _error(exc.args[0] if exc.args else str(exc))

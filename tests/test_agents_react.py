@@ -60,7 +60,8 @@ def test_scripted_episode_compile_error_fix_check_submit(cpu_evaluator):
     env.close()
 
     assert trajectory.end_reason == "submit" and trajectory.error == ""
-    assert (trajectory.task_id, trajectory.level, trajectory.episode, trajectory.env_backend) == (GELU_TASK, 1, 3, "cpu")
+    assert (trajectory.task_id, trajectory.level, trajectory.episode) == (GELU_TASK, 1, 3)
+    assert trajectory.env_backend == "cpu"
     codes = [t.error_code for t in trajectory.turns]
     commands = [t.command for t in trajectory.turns]
     assert codes == ["COMPILE_ERROR", "COMPILED", "OK", "INCORRECT", "OK"]
@@ -91,7 +92,8 @@ def test_scripted_episode_compile_error_fix_check_submit(cpu_evaluator):
 
 
 def test_malformed_empty_huge_and_non_ascii_replies(cpu_evaluator):
-    non_ascii = GOOD.replace("class ModelNew", "# Voil\u00e0 \u2014 \u00fcn\u00efc\u00f6de \u2713 \U0001f680\nclass ModelNew")
+    comment = "# Voil\u00e0 \u2014 \u00fcn\u00efc\u00f6de \u2713 \U0001f680\n"
+    non_ascii = GOOD.replace("class ModelNew", comment + "class ModelNew")
     chat = ScriptedChat([
         "",                                                          # empty
         "I think we should use tiling. \u00bfQu\u00e9 opinas? \u2728",  # prose, no code, non-ASCII
