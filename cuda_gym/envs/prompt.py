@@ -134,11 +134,18 @@ def _rules(backend: str, config: EvalConfig) -> str:
         libraries = ("Calling cuBLAS / cuDNN (or any library) from your own C++ is allowed"
                      if backend == "cuda" else "Calling a library (BLAS, ...) from your own C++ is allowed")
         policy = f"""\
-- Policy: strict. ModelNew.forward may only create tensors (torch.empty / empty_like / zeros ...), make
-  views (view, reshape, transpose, permute, slicing, .contiguous() of an already contiguous tensor) and
-  call your own compiled {device_code} code. Every PyTorch compute op (matmul, conv, F.*, +, *, sum,
-  exp, copies such as .clone() or .contiguous() of a non-contiguous tensor, ...) run by the forward is
-  detected and makes the verdict FORBIDDEN; so does a forward that never calls your native code.
+- Policy: strict. ModelNew.forward may create tensors (torch.empty / empty_like / zeros ...), make
+  views (view, reshape, transpose, permute, slicing, .contiguous() of an already contiguous tensor),
+  make constants and move them, and call your own compiled {device_code} code. All compute on the
+  task's data must be yours: every PyTorch compute op (matmul, conv, F.*, +, *, sum, exp, .to() casts
+  and device moves, copies such as .clone() or .contiguous() of a non-contiguous tensor, ...) on the
+  inputs, the parameters or buffers, or anything computed, copied or viewed from them makes the
+  verdict FORBIDDEN; so does a forward that never calls your native code. Constants are tensors the
+  forward makes from literals or shapes (torch.zeros / ones / full / arange, zeros_like(x),
+  torch.tensor of Python numbers): PyTorch ops on constants alone are allowed (e.g.
+  torch.zeros(n).to(device), a dtype cast of a constant). Make and move constants before the first
+  call into your native code: once a native call has returned, or task data has been read to the host
+  (.item(), .tolist(), .numpy(), .cpu()), nothing the forward makes is a constant any more.
   {libraries}: those calls do not go through PyTorch."""
     else:
         policy = """\

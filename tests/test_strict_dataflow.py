@@ -1,0 +1,347 @@
+"""The strict policy by data flow (guard.OpRecorder): PyTorch compute on constants (tensors the forward
+made from literals or shapes, and what comes from them alone) is allowed; compute, copies, casts and
+moves of the task's data (inputs, parameters, buffers and what comes from them) are FORBIDDEN, with a
+key that names the op, the argument and where its task data came from.
+
+Most tests run the recorder directly on small modules (no evaluator, milliseconds each); a few run
+whole candidates through the CPU evaluator; one CUDA candidate is for the GPU (`-m gpu`)."""
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils._python_dispatch import _disable_current_modes
+
+from cuda_gym.eval import ErrorCode, guard
+from cuda_gym.native import load_kernels
+from cuda_gym.tasks import get_task
+from cuda_gym.tasks.task import task_from_file
+
+CANDIDATES = Path(__file__).parent / "strict_candidates"
+HOSTILE = Path(__file__).parent / "hostile"
+
+
+class Forward(nn.Module):
+    """A module whose forward is `fn(self, *inputs)`, with one Linear layer and a BatchNorm buffer."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+        self.linear = nn.Linear(4, 4)
+        self.norm = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.fn(self, x)
+
+
+def record(fn, x=None) -> guard.OpRecorder:
+    """Runs `fn(module, x)` as a module's forward under the recorder, as the worker does."""
+    model = Forward(fn)
+    x = torch.randn(2, 4) if x is None else x
+    recorder = guard.OpRecorder()
+    with torch.no_grad(), recorder:
+        model(x)
+    return recorder
+
+
+def forbidden(recorder: guard.OpRecorder) -> list[str]:
+    return sorted(op for op in recorder.ops if not guard.op_is_allowed(op, "strict"))
+
+
+@pytest.fixture(scope="module")
+def lib():
+    """A tiny native library: `copy` (y = x) and `touch` (reads one element)."""
+    return load_kernels(
+        cpp=r"""
+#include <cstdint>
+extern "C" void copy(const float* x, float* y, int64_t n) { for (int64_t i = 0; i < n; ++i) y[i] = x[i]; }
+extern "C" float touch(const float* x) { return x[0]; }
+""",
+        functions=["void copy(const float* x, float* y, int64_t n)", "float touch(const float* x)"],
+    )
+
+
+# ------------------------------------------------------------------------------ constants are allowed
+def test_constants_made_moved_and_computed_on_are_allowed():
+    def fn(self, x):
+        l = torch.zeros(3, dtype=torch.float64).to(x.device).to(x.dtype)
+        m = torch.full((3,), -math.inf).to(device=x.device, dtype=torch.float64)
+        r = torch.arange(6).view(2, 3).float() * 0.5 + l
+        t = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).t().contiguous().to(torch.float16)
+        e = torch.empty(3)
+        e.zero_()
+        e = e.add_(1) + m.float() + torch.ones(3).sum()
+        s = torch.as_tensor([1, 2, 3]).cumsum(0)
+        z = torch.zeros_like(x).to(torch.float64) + x.new_ones(2, 4)  # shape-only of task data
+        return r, t, e, s, z
+
+    recorder = record(fn)
+    assert forbidden(recorder) == []
+    assert recorder.constant_ops["aten::_to_copy"] >= 5
+    assert recorder.closed_by == ""
+    assert not recorder.hidden_ops, "an allowed constant op seen by the mode is not hidden"
+
+
+def test_device_move_of_constant_is_allowed_and_of_input_forbidden():
+    """On the CPU, 'meta' is a second device: `.to('meta')` dispatches a real device move."""
+    assert forbidden(record(lambda self, x: torch.zeros(3).to("meta"))) == []
+    assert forbidden(record(lambda self, x: x.to("meta"))) == [
+        "aten::_to_copy on input 0 (task data: forward input x)"]
+
+
+def test_dtype_cast_of_weight_and_buffer_forbidden():
+    assert forbidden(record(lambda self, x: self.linear.weight.half())) == [
+        "aten::_to_copy on input 0 (task data: parameter linear.weight)"]
+    assert forbidden(record(lambda self, x: self.norm.running_mean.to(torch.float64))) == [
+        "aten::_to_copy on input 0 (task data: buffer norm.running_mean)"]
+
+
+def test_views_of_task_data_are_task_data():
+    keys = forbidden(record(lambda self, x: x.t()[0:2].unsqueeze(0).contiguous()))
+    assert keys and all("task data: forward input x" in k for k in keys), keys
+
+
+def test_compute_mixing_constant_and_task_data_names_the_tainted_argument():
+    assert forbidden(record(lambda self, x: torch.ones(2, 4) * x)) == [
+        "aten::mul on input 1 (task data: forward input x)"]
+    assert forbidden(record(lambda self, x: F.gelu(x))) == ["aten::gelu on input 0 (task data: forward input x)"]
+
+
+# ------------------------------------------------------------------------- writes into a constant
+def test_copy_into_zeros_buffer_then_torch_ops_forbidden():
+    def fn(self, x):
+        buf = torch.zeros(2, 4)
+        buf.copy_(x)
+        return F.gelu(buf)
+
+    assert forbidden(record(fn)) == ["aten::copy_ on input 1 (task data: forward input x)",
+                                     "aten::gelu on input 0 (task data: forward input x)"]
+
+
+@pytest.mark.parametrize("write", ["add_", "fill_", "out", "index_put_", "view"])
+def test_writes_of_task_data_into_a_constant_make_it_task_data(write):
+    def fn(self, x):
+        c = torch.zeros(2, 4)
+        if write == "add_":
+            c.add_(x)
+        elif write == "fill_":
+            c.fill_(x[0, 0])  # fill_ is a creation op, but the value is task data
+        elif write == "out":
+            torch.add(torch.ones(2, 4), x, out=c)
+        elif write == "index_put_":
+            c[torch.tensor([0])] = x[:1]
+        else:
+            c.view(-1)[:4].copy_(x[0])  # a write through a view reaches the whole storage
+        return c.to(torch.float64)
+
+    keys = forbidden(record(fn))
+    assert "aten::_to_copy on input 0 (task data: forward input x)" in keys, keys
+
+
+def test_uninitialised_memory_is_not_a_constant_until_overwritten():
+    assert forbidden(record(lambda self, x: torch.empty(3) * 2)) == [
+        "aten::mul on input 0 (task data: uninitialised memory (aten::empty))"]
+    assert forbidden(record(lambda self, x: torch.empty_like(x).to(torch.float64))) == [
+        "aten::_to_copy on input 0 (task data: uninitialised memory (aten::empty_like))"]
+
+    def half_filled(self, x):
+        e = torch.empty(4)
+        e[:2].fill_(1.0)  # the other half still holds whatever was there
+        return e * 2
+
+    assert forbidden(record(half_filled)) == ["aten::mul on input 0 (task data: uninitialised memory (aten::empty))"]
+
+    def filled(self, x):
+        e = torch.empty(4)
+        e.fill_(1.0)
+        return e * 2
+
+    assert forbidden(record(filled)) == []
+
+
+# ----------------------------------------------------------------------------- reads to the host
+@pytest.mark.parametrize("read", ["item", "float", "tolist", "numpy", "from_numpy", "data_ptr", "print"])
+def test_task_data_read_to_the_host_and_rebuilt_is_task_data(read):
+    def fn(self, x):
+        if read == "item":
+            rebuilt = torch.tensor([[x[i, j].item() for j in range(4)] for i in range(2)])
+        elif read == "float":
+            rebuilt = torch.full((2, 4), float(x[0, 0]))
+        elif read == "tolist":
+            rebuilt = torch.tensor(x.tolist())
+        elif read == "numpy":
+            rebuilt = torch.tensor(x.numpy().copy())
+        elif read == "from_numpy":
+            rebuilt = torch.from_numpy(np.asarray(x))
+        elif read == "data_ptr":
+            values = (ctypes.c_float * 8).from_address(x.data_ptr())
+            rebuilt = torch.tensor(list(values)).view(2, 4)
+        else:
+            rebuilt = torch.tensor(eval(repr(x).replace("tensor", "")))  # noqa: S307 - test input
+        return F.gelu(rebuilt)
+
+    recorder = record(fn)
+    keys = forbidden(recorder)
+    assert any(k.startswith("aten::gelu on input 0 (task data: ") for k in keys), keys
+    if read != "print":  # printing also runs PyTorch ops the mode cannot see (torch's formatter hides them)
+        assert all("(task data: " in k for k in keys), keys
+    assert recorder.closed_by
+
+
+def test_reading_a_constant_to_the_host_keeps_later_constants():
+    def fn(self, x):
+        n = int(torch.ones(3).sum().item())
+        return torch.tensor(torch.arange(3).tolist()).float().to(torch.float64) + n
+
+    assert forbidden(record(fn)) == []
+
+
+def test_tensor_from_an_array_is_not_vouched_for():
+    keys = forbidden(record(lambda self, x: torch.tensor(np.ones(3, dtype=np.float32)) * 2))
+    assert "aten::mul on input 0 (task data: data that aten::lift_fresh got from something other than Python " \
+           "numbers (an array, a buffer))" in keys, keys
+    assert forbidden(record(lambda self, x: torch.tensor([1.0, 2, True]) * 2)) == []
+    assert forbidden(record(lambda self, x: torch.tensor(x.shape).to(torch.float64))) == []
+
+
+def test_constants_after_turning_torch_function_off_are_task_data():
+    def fn(self, x):
+        with torch._C.DisableTorchFunction():
+            c = torch.zeros(3)
+        return c.to(torch.float64)
+
+    recorder = record(fn)
+    assert forbidden(recorder) == ["aten::_to_copy on input 0 (task data: made after torch-function handling "
+                                   "was turned off (the host-read watch was blind))"]
+
+
+# ------------------------------------------------------------------------------------ native code
+def test_native_call_makes_earlier_constants_task_data(lib):
+    def fn(self, x):
+        buf = torch.zeros(2, 4)
+        lib.copy(x, buf, 8)
+        return F.gelu(buf)
+
+    keys = forbidden(record(fn))
+    assert len(keys) == 1 and keys[0].startswith("aten::gelu on input 0 (task data: a constant made before"), keys
+
+
+def test_python_values_after_a_native_call_are_task_data(lib):
+    def fn(self, x):
+        host = (ctypes.c_float * 8)()
+        lib.copy(x, ctypes.addressof(host), 8)  # task data in host memory, no tensor involved
+        return F.gelu(torch.tensor(list(host)))
+
+    keys = forbidden(record(fn))
+    assert len(keys) == 1 and keys[0].startswith("aten::gelu on input 0 (task data: made after"), keys
+
+    def value(self, x):
+        return torch.full((3,), lib.touch(x)) * 2
+
+    assert len(forbidden(record(value))) == 1
+
+
+def test_constants_made_and_moved_before_the_kernel_pass(lib):
+    def fn(self, x):
+        scratch = torch.zeros(8, dtype=torch.float64).to(x.device).to(torch.float32)
+        scratch += torch.full((8,), -math.inf).to(torch.float64).to(torch.float32)
+        out = torch.empty_like(x)
+        lib.copy(x, out, x.numel())
+        lib.copy(out, scratch, 8)
+        return out
+
+    recorder = record(fn)
+    assert forbidden(recorder) == []
+    assert recorder.constant_ops["aten::_to_copy"] == 3
+
+
+# ----------------------------------------------------------------- the profiler cross-check
+def test_hidden_op_is_reported_even_when_the_same_op_ran_on_a_constant():
+    def fn(self, x):
+        torch.zeros(3) + 1  # allowed, seen by the mode
+        with _disable_current_modes():
+            y = x + 1  # hidden from the mode: judged by the profiler, without taint information
+        return y
+
+    recorder = record(fn)
+    assert recorder.hidden_ops["aten::add"] == 1
+    assert "aten::add" in forbidden(recorder)
+
+
+def test_op_on_another_thread_is_hidden():
+    def fn(self, x):
+        worker = threading.Thread(target=lambda: torch.sigmoid(x))
+        worker.start()
+        worker.join()
+        return x
+
+    assert "aten::sigmoid" in forbidden(record(fn))
+
+
+def test_pytorch_compute_inside_the_candidates_own_op_is_hidden():
+    @torch.library.custom_op("cuda_gym_strict_test::relu_by_torch", mutates_args=())
+    def relu_by_torch(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+    recorder = record(lambda self, x: relu_by_torch(x))
+    assert {"aten::relu", "aten::clamp_min"} & set(forbidden(recorder)), forbidden(recorder)
+    assert recorder.ops["cuda_gym_strict_test::relu_by_torch"] == 1  # the op itself is the candidate's
+
+
+# ------------------------------------------------------------------------------------ op_is_allowed
+def test_op_is_allowed_judges_recorder_keys():
+    assert guard.op_is_allowed("aten::zeros", "strict")
+    assert guard.op_is_allowed("mylib::kernel", "strict")
+    assert guard.op_is_allowed("profiler::_record_function_enter_new", "strict")
+    assert not guard.op_is_allowed("aten::mm", "strict")
+    assert not guard.op_is_allowed("aten::_to_copy on input 0 (task data: forward input x)", "strict")
+    assert not guard.op_is_allowed("quantized::linear_dynamic", "strict"), "PyTorch's own namespaces"
+    assert guard.op_is_allowed("aten::mm on input 0 (task data: forward input x)", "permissive")
+
+
+def test_storage_marks_are_dropped_with_the_storage():
+    marks = guard._StorageMarks()
+    tensor = torch.zeros(4)
+    marks.set(tensor.untyped_storage(), guard._CONSTANT)
+    assert marks.get(tensor[1:].untyped_storage()) == guard._CONSTANT  # views share the mark
+    del tensor
+    assert marks._marks == {}
+
+
+# ------------------------------------------------------------------------------ end to end (CPU)
+def attention_task():
+    return task_from_file(CANDIDATES / "attention_reference.py", suite="test", level=3)
+
+
+def test_evaluator_accepts_kernel_with_constant_moves(cpu_evaluator):
+    result = cpu_evaluator.evaluate(attention_task(), (CANDIDATES / "cpu_attention_constants.py").read_text(),
+                                    backend="cpu")
+    assert result.error_code is ErrorCode.OK, f"{result.error_code}: {result.message}"
+    assert result.forbidden_ops == []
+
+
+def test_evaluator_names_op_and_argument_for_a_weight_cast(cpu_evaluator):
+    path = HOSTILE / "cpu_launder_weight_cast.py"
+    task = get_task(guard_header_task(path))
+    result = cpu_evaluator.evaluate(task, path.read_text(), backend="cpu")
+    assert result.error_code is ErrorCode.FORBIDDEN, result.message
+    assert "aten::_to_copy on input 0 (task data: parameter norm.weight)" in result.message, result.message
+
+
+def guard_header_task(path: Path) -> str:
+    return next(line.split(":", 1)[1].strip() for line in path.read_text().splitlines() if line.startswith("TASK:"))
+
+
+@pytest.mark.gpu
+def test_cuda_kernel_with_constant_device_moves_is_accepted(cuda_evaluator):
+    result = cuda_evaluator.evaluate(attention_task(), (CANDIDATES / "cuda_attention_constants.py").read_text(),
+                                     backend="cuda")
+    assert result.error_code is ErrorCode.OK, f"{result.error_code}: {result.message}"
+    assert result.forbidden_ops == []
