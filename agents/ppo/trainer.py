@@ -254,24 +254,24 @@ class PPOTrainer:
         self.critic_module.load_state_dict(torch.load(path, map_location=self.device))
 
 
-def train(trainer: PPOTrainer, collect: Callable[[int], list[Trajectory]], num_updates: int,
+def train(trainer: PPOTrainer, collect: Callable[[str], list[Trajectory]], num_updates: int,
           out_dir: str | Path, *, progress: bool = True) -> list[dict[str, float]]:
-    """`num_updates` rounds of: `collect(update_index)` -> trajectories (appended to
-    `out_dir/trajectories.jsonl` before training on them), `trainer.update`, one line in
+    """`num_updates` rounds of: `collect("update_<n>")` -> trajectories played by the current policy
+    (appended to `out_dir/trajectories.jsonl` before training on them), `trainer.update`, one line in
     `out_dir/metrics.jsonl`. Checkpoints go to `out_dir/checkpoints/update_<n>/` every
     `config.checkpoint_every` updates and at the end (`out_dir/checkpoints/final/`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     history = []
     bar = tqdm(range(num_updates), desc="ppo", unit="update", disable=not progress)
-    for index in bar:
-        trajectories = collect(index)
+    for _ in bar:
+        trajectories = collect(f"update_{trainer.updates + 1}")
         for trajectory in trajectories:
             append_trajectory(out_dir / "trajectories.jsonl", trajectory)
         metrics = trainer.update(trajectories)
         history.append(metrics)
         with open(out_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(_finite(metrics)) + "\n")
+            handle.write(json.dumps(json_safe(metrics)) + "\n")
         bar.set_postfix(reward=f"{metrics['mean_reward']:.2f}", ev=f"{metrics['explained_variance']:.2f}")
         every = trainer.config.checkpoint_every
         if every and trainer.updates % every == 0:
@@ -280,6 +280,13 @@ def train(trainer: PPOTrainer, collect: Callable[[int], list[Trajectory]], num_u
     return history
 
 
-def _finite(metrics: dict[str, float]) -> dict[str, float | None]:
-    """JSON has no NaN: a quantity that is undefined (e.g. explained variance of constant returns) is null."""
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+def json_safe(value):
+    """`value` with every non-finite float replaced by None: JSON has no NaN, and an undefined
+    quantity (e.g. the explained variance of constant returns) is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
