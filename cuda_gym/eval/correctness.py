@@ -51,24 +51,21 @@ def _transform(value: Any, distribution: str) -> Any:
     return value
 
 
-def make_draws(base_inputs: Sequence[Any], count: int, seed: int, device: str,
-               distributions: Sequence[str] = DISTRIBUTIONS) -> list[Draw]:
-    """`count` input draws; the first is the task's own inputs, the rest shuffled and transformed."""
+def make_draw(base_inputs: Sequence[Any], index: int, seed: int, device: str,
+              distributions: Sequence[str] = DISTRIBUTIONS) -> Draw:
+    """Input draw `index`: draw 0 is the task's own inputs (the same objects: give a model a
+    clone), every other one is shuffled and transformed. Each draw has its own generator seeded
+    from (`seed`, `index`), so any draw can be made again, in any order, with the same values:
+    the worker keeps only as many draws on the device as its memory plan allows."""
     import torch
 
+    distribution = distributions[index % len(distributions)]
+    if distribution == "task" and index == 0:
+        return Draw("task", list(base_inputs))
     generator = torch.Generator(device=device)
-    generator.manual_seed(seed)
-    draws = []
-    for index in range(count):
-        distribution = distributions[index % len(distributions)]
-        if distribution == "task" and index == 0:
-            inputs = list(base_inputs)
-        else:
-            inputs = [_transform(_shuffle(v, generator), distribution) for v in base_inputs]
-            if distribution == "task":
-                distribution = "shuffled"
-        draws.append(Draw(distribution, inputs))
-    return draws
+    generator.manual_seed(seed * 1_000_003 + index)
+    inputs = [_transform(_shuffle(v, generator), distribution) for v in base_inputs]
+    return Draw("shuffled" if distribution == "task" else distribution, inputs)
 
 
 def reshuffle(draw: Draw, base_inputs: Sequence[Any], seed: int, device: str) -> Draw:

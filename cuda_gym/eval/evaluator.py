@@ -32,7 +32,7 @@ from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, W
 from . import sandbox
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
-from .timing import HOLD_LIBRARY_ENV, build_hold_library
+from .timing import HOLD_LIBRARY_ENV, UNTRACKED_WORK_FLAG, build_hold_library
 
 EVALUATOR_VERSION = "0.1"
 _INTERNAL_KERNEL_MARKERS = ("at::", "c10::")
@@ -327,7 +327,7 @@ class Evaluator:
                     "warmup_reps": config.warmup_reps, "timing_reps": config.timing_reps,
                     "timing_min_reps": config.timing_min_reps, "timing_budget_s": config.timing_budget_s,
                     "l2_flush": config.l2_flush, "precision": config.precision, "policy": config.policy,
-                    "baselines": list(config.baselines)}, **extra}
+                    "baselines": list(config.baselines), "device_memory_gb": config.device_memory_gb}, **extra}
 
     def _baseline_entry(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
         device = self.device_name if backend == "cuda" else f"cpu x{config.cpu_threads or os.cpu_count()}"
@@ -430,6 +430,7 @@ class _Judgement:
         self.decided = False
         self.timing: dict[str, Any] | None = None
         self.checks: dict[str, Any] | None = None
+        self.kernels: dict[str, Any] | None = None  # the profiled forward after the timing (cuda)
         self.started = time.monotonic()
 
     def verdict(self, code: ErrorCode, message: str) -> bool:
@@ -466,6 +467,11 @@ class _Judgement:
             return self._on_checks(meta)
         if message.kind == "timing":
             self.timing = meta
+            if "peak_gib" in meta:
+                self.result.device_memory["peak_gib"] = float(meta["peak_gib"])
+            return True
+        if message.kind == "kernels":
+            self.kernels = meta
             return True
         return self.verdict(ErrorCode.FORBIDDEN, f"the worker sent an unexpected message {message.kind!r}")
 
@@ -486,6 +492,7 @@ class _Judgement:
             offset += len(specs)
         self.distributions = message.meta.get("distributions", [])
         self.timing_checksums = message.meta.get("timing_checksums", [])
+        self.result.device_memory = {k: float(v) for k, v in dict(message.meta.get("memory", {})).items()}
         reason = degeneracy(self.reference[: self.config.correctness_trials])
         if reason:
             self.result.flags.append("degenerate_task")
@@ -548,7 +555,6 @@ class _Judgement:
         self.checks = meta
         self.stage = "timing"
         self.result.flags += list(meta.get("flags", []))
-        self.result.kernels = list(meta.get("kernels", []))[:50]
         forbidden = meta.get("forbidden_ops") or {}
         self.result.forbidden_ops = sorted(forbidden)
         if meta.get("tampered"):
@@ -562,12 +568,27 @@ class _Judgement:
             if int(meta.get("native_calls", 0)) == 0:
                 return self.verdict(ErrorCode.FORBIDDEN, "the forward never called the candidate's native code "
                                     "(load_kernels functions or load_inline module functions)")
-            if self.result.backend == "cuda":
-                own = [k for k in meta.get("kernels", []) if not any(m in k for m in _INTERNAL_KERNEL_MARKERS)]
-                if not own:
-                    return self.verdict(ErrorCode.FORBIDDEN, "no kernel of the candidate's own ran on the GPU "
-                                        "during the forward")
         return True
+
+    def _on_kernels(self) -> None:
+        """The profiled forward after the timing: which GPU kernels ran (strict: one of the candidate's own)."""
+        kernels = self.kernels or {}
+        self.result.kernels = [str(k) for k in kernels.get("kernels", [])][:50]
+        if kernels.get("tampered"):
+            self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
+                         + ", ".join(kernels["tampered"]))
+            return
+        if self.config.policy != "strict":
+            return
+        audit = kernels.get("audit") or {}
+        if audit.get("forbidden_ops") or audit.get("without_native") or not audit.get("intact", True):
+            self.verdict(ErrorCode.FORBIDDEN, "the profiled forward behaved differently from the correctness "
+                         "trials (PyTorch compute ops, no call of the candidate's native code, or the op recorder "
+                         "disabled)")
+            return
+        own = [k for k in self.result.kernels if not any(m in k for m in _INTERNAL_KERNEL_MARKERS)]
+        if not own:
+            self.verdict(ErrorCode.FORBIDDEN, "no kernel of the candidate's own ran on the GPU during the forward")
 
     def _on_timing(self) -> None:
         timing = self.timing or {}
@@ -595,6 +616,12 @@ class _Judgement:
                                  f"{got[position]:.6g}, expected {want[position]:.6g}): outputs cached, "
                                  "skipped or finished after the call returned")
                     return
+        if UNTRACKED_WORK_FLAG in timing.get("flags", []):
+            self.verdict(ErrorCode.INCORRECT, "timed calls left work running on another stream after they returned "
+                         "(the device was still busy after the current stream finished): a caller would read an "
+                         "unfinished output. Join side streams and library streams to the current stream (an "
+                         "event wait) before forward returns")
+            return
         audit = timing.get("audit") or {}
         if self.config.policy == "strict" and (audit.get("forbidden_ops") or audit.get("without_native")
                                                or not audit.get("intact", True)):
@@ -619,6 +646,13 @@ class _Judgement:
         self._on_timing()
         if self.decided:
             return
+        if self.result.backend == "cuda":
+            if self.kernels is None:
+                self.verdict(ErrorCode.RUNTIME_ERROR, "the worker stopped before the profiled forward (kernel check)")
+                return
+            self._on_kernels()
+            if self.decided:
+                return
         self.result.correct = True
         trials = self.result.trials
         self.result.max_abs_error = max(t.max_abs_error for t in trials)

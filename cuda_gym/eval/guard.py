@@ -291,7 +291,7 @@ class OpRecorder(TorchDispatchMode):
             self._after_native = True
         if self._after_native and not _inside_extension[0]:
             # Back in Python: values native code left in host memory look like Python numbers.
-            self._close("a call into native code")
+            self._close("a call into native code returned")
         elif not self._watch.depth and not (_torch_function_mode_enabled() and any(
                 _function_stack_at(i) is self._watch for i in range(_function_stack_len()))):
             self._close("torch-function handling was turned off (the host-read watch was blind)")

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-RESULT_SCHEMA_VERSION = 2  # 2: eager_time_in_worker removed, TimingStats.detail added
+RESULT_SCHEMA_VERSION = 3  # 2: eager_time_in_worker removed, TimingStats.detail added; 3: device_memory
 
 
 class ErrorCode(str, enum.Enum):
@@ -95,6 +95,9 @@ class EvalResult:
     # load_inline builds: {name: "split" | "stripped" | "as_written", "<name>.not_split": why} (cuda_gym/eval/fastbuild.py)
     inline_build_forms: dict[str, str] = field(default_factory=dict)
     limits_not_applied: list[str] = field(default_factory=list)  # sandbox measures the worker could not apply
+    # The eval worker's memory plan (cuda_gym/eval/memory.py): inputs, outputs, budget and use in GiB,
+    # resident reference outputs and timing sets; on CUDA `peak_gib`, the most its allocator reserved.
+    device_memory: dict[str, float] = field(default_factory=dict)
 
     def baseline_ms(self) -> dict[str, float | None]:
         """The baseline medians the speedups compare with: eager and torch.compile as cached, each

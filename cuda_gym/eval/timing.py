@@ -39,6 +39,7 @@ which follows a device-wide sync, and the tail check flags a late device tail.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import random
@@ -203,6 +204,21 @@ class Timer:
         `min_reps` repeats are timed, without first using every set."""
         chooser = random.SystemRandom()
         hold = _hold if self.device == "cuda" and _hold else None
+        # No cyclic garbage collection inside the timed calls: when it runs depends on the process's
+        # heap (an eval worker holds far more objects than a baseline worker), so it would time two
+        # processes' calls differently. Collected once before instead.
+        collecting = gc.isenabled()
+        gc.collect()
+        gc.disable()
+        try:
+            return self._run(fn, live_inputs, load_set, sets, checksum, audit, cover_sets, chooser, hold)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _run(self, fn: Callable[..., Any], live_inputs: Sequence[Any], load_set: Callable[[int], None], sets: int,
+             checksum: Callable[[Any], list[float]], audit: Callable[[], Any] | None, cover_sets: bool,
+             chooser: random.SystemRandom, hold: tuple | None) -> tuple[TimingStats, list[str], list[list[float]]]:
         with _no_grad():
             for index in range(self.warmup_reps):
                 load_set((self.reps + index) % sets)

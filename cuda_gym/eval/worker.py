@@ -36,9 +36,9 @@ import torch.profiler  # noqa: F401
 import torch.utils.cpp_extension  # noqa: F401
 
 from ..tasks.task import load_task_namespace
-from . import fastbuild, guard, protocol, sandbox
+from . import fastbuild, guard, memory, protocol, sandbox
 from .config import EvalConfig
-from .correctness import flatten_outputs, make_draws, output_stats, reshuffle
+from .correctness import Draw, flatten_outputs, make_draw, output_stats, reshuffle
 from .timing import Timer, prepare_hold
 
 _perf_counter = time.perf_counter
@@ -203,12 +203,11 @@ def _warm_up_kernels(device: str) -> None:
 def _init_device(backend: str, cpu_threads: int | None) -> str:
     if backend == "cuda":
         torch.cuda.init()
-        warm = torch.ones(1024, device="cuda")
-        # Start the profiler once while this worker is a spare: CUPTI's first start costs far more
-        # than the kernel check on the candidate's first trial should.
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
-            warm.add_(1.0)
-            torch.cuda.synchronize()
+        torch.ones(1024, device="cuda")
+        # No CUDA profiler (CUPTI) here: once it has run in a process, every later kernel launch
+        # costs more host time (on the H200, host-bound level-3 models timed 20-38% slower after
+        # it, and a second session moved them again: timing_parity_cuda_h200_2026-12-01_call1.json).
+        # Workers time under the same conditions only if none runs before the timing.
         _warm_up_kernels("cuda")
         prepare_hold()  # the timer's hold kernel, loaded before any candidate code
         return torch.cuda.get_device_name()
@@ -223,10 +222,17 @@ def _sync(device: str) -> None:
 
 
 class _TaskSetup:
-    """The reference model and all input draws, built before candidate code exists here."""
+    """The reference model, the task's base inputs and the memory plan, built before candidate
+    code exists here. Input draws are made on demand (`draw`, deterministic from the seed) and only
+    what the plan allows stays resident: the base inputs, a reference output per correctness trial
+    while they fit (`reference_outputs`, None where it is recomputed after the candidate's trial)
+    and the timing input sets (`timing_sets`)."""
 
     def __init__(self, job: dict, device: str):
         config = job["config"]
+        self.device = device
+        self.seed = job["seed"]
+        self.trial_count = config["correctness_trials"]
         self.namespace = load_task_namespace(job["task_source"], job["sizes"], job["task_id"])
         self.init_inputs = list(self.namespace["get_init_inputs"]())
         # Built on the device directly: creating large inputs and weights on the CPU costs seconds.
@@ -234,22 +240,71 @@ class _TaskSetup:
             torch.manual_seed(job["seed"])
             self.model = self.namespace["Model"](*self.init_inputs).to(device).eval()
             torch.manual_seed(job["seed"] + 1)
-            base = [_to_device(v, device) for v in self.namespace["get_inputs"]()]
-        self.base = base
-        count = config["correctness_trials"] + config["timing_input_sets"]
-        draws = make_draws(base, count, job["seed"] + 2, device)
-        self.draws = []
-        self.reference_outputs: list[list[torch.Tensor]] = []
+            self.base = [_to_device(v, device) for v in self.namespace["get_inputs"]()]
+        self.fallback: set[int] = set()  # draws whose transform made the reference non-finite
+        self.distributions: list[str] = []
+        self.reference_outputs: list[list[torch.Tensor] | None] = []
+        self.timing_sets: list[list[Any]] = []
+        used = memory.device_used_bytes(device)
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        self.first_output = self.reference_output(0)  # the first reference pass measures the outputs
+        self.output_nbytes = [o.numel() * o.element_size() for o in self.first_output]
+        output_bytes = sum(self.output_nbytes)
+        extra = (torch.cuda.max_memory_allocated() - used - output_bytes) if device == "cuda" else output_bytes
+        self.plan = memory.plan_memory(
+            input_bytes=memory.tensor_bytes(self.base), output_bytes=output_bytes,
+            reference_extra_bytes=max(0, int(extra)), used_bytes=used,
+            budget_bytes=memory.device_budget_bytes(device, config.get("device_memory_gb")),
+            trials=self.trial_count, timing_sets=config["timing_input_sets"],
+            min_slack_bytes=memory.CUDA_SLACK_MIN_BYTES if device == "cuda" else 0)
+
+    def draw(self, index: int) -> Draw:
+        """Draw `index` (0: the task's own inputs, the objects themselves; clone before use)."""
+        if index in self.fallback:
+            return reshuffle(self.base, self.seed + 100 + index, self.device)
+        return make_draw(self.base, index, self.seed + 2, self.device)
+
+    def reference_output(self, index: int, inputs: list[Any] | None = None) -> list[torch.Tensor]:
+        """The reference's outputs on draw `index` (or on `inputs`, that draw already made). A
+        draw whose outputs are not finite is replaced, once, by a plain shuffle of the base."""
+        def forward(values: list[Any]) -> list[torch.Tensor]:
+            values = [_clone(v) for v in values] if index == 0 else values  # the base stays pristine
+            return [_as_tensor(v) for v in flatten_outputs(self.model(*values))]
+
         with torch.no_grad():
-            for index, draw in enumerate(draws):
-                outputs = [_as_tensor(v) for v in flatten_outputs(self.model(*[_clone(v) for v in draw.inputs]))]
-                if not all(torch.isfinite(o).all() for o in outputs if o.is_floating_point()):
-                    draw = reshuffle(draw, base, job["seed"] + 100 + index, device)
-                    outputs = [_as_tensor(v) for v in flatten_outputs(self.model(*[_clone(v) for v in draw.inputs]))]
-                self.draws.append(draw)
-                self.reference_outputs.append(outputs)  # kept alive: their memory is never handed out
-        self.trials = self.draws[: config["correctness_trials"]]
-        self.timing_sets = self.draws[config["correctness_trials"]:]
+            outputs = forward(inputs if inputs is not None else self.draw(index).inputs)
+            if index not in self.fallback and inputs is None and not _finite(outputs):
+                self.fallback.add(index)
+                outputs = forward(self.draw(index).inputs)
+        return outputs
+
+    def prepare_trials(self, describe: Any) -> None:
+        """Every trial's reference output, passed to `describe(index, outputs)` (which sends it
+        out), kept resident where the plan allows and freed otherwise."""
+        for index in range(self.trial_count):
+            outputs = self.first_output if index == 0 else self.reference_output(index)
+            self.distributions.append(self.draw(index).distribution if index else "task")
+            describe(index, outputs)
+            self.reference_outputs.append(outputs if index < self.plan.resident_outputs else None)
+            del outputs
+        self.first_output = None
+
+    def prepare_timing_sets(self) -> None:
+        """The resident timing input sets: the draws after the trials' (the same in every worker)."""
+        self.first_output = None
+        first = self.trial_count
+        for index in range(first, first + self.plan.timing_sets):
+            self.reference_output(index)  # falls back where the draw makes the reference non-finite
+            self.timing_sets.append(self.draw(index).inputs)
+        if not self.timing_sets:  # no room for another set: every timed call rotates the base inputs
+            self.timing_sets.append(self.base)
+
+    def release_reference_outputs(self) -> None:
+        self.reference_outputs = [None] * len(self.reference_outputs)
+
+def _finite(outputs: list[torch.Tensor]) -> bool:
+    return all(bool(torch.isfinite(o).all()) for o in outputs if o.is_floating_point())
 
 
 def _variant(inputs: list[Any], shifts: list[int]) -> list[Any]:
@@ -272,7 +327,7 @@ def _reference_checksums(setup: _TaskSetup, config: dict, probe: _Probe) -> tupl
     variants = []
     for index in range(warmup + config["timing_reps"]):
         which = index % len(setup.timing_sets)
-        base = setup.timing_sets[which].inputs
+        base = setup.timing_sets[which]
         variants.append((which, [chooser.randrange(1, v.numel()) if isinstance(v, torch.Tensor) and v.numel() > 1
                                  else 0 for v in base]))
     checksums: list[list[float]] = []
@@ -280,7 +335,7 @@ def _reference_checksums(setup: _TaskSetup, config: dict, probe: _Probe) -> tupl
     with torch.no_grad():
         for rep in range(config["timing_reps"]):
             which, shifts = variants[rep]
-            inputs = setup.timing_sets[which].inputs
+            inputs = setup.timing_sets[which]
             sums = _checksum(setup.model(*_variant(inputs, shifts)), probe)
             if not all(math.isfinite(s) for s in sums):  # this rotation breaks the task: use the set as is
                 variants[rep] = (which, [0] * len(shifts))
@@ -325,11 +380,11 @@ def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, varian
     timer = Timer(device, warmup_reps=config["warmup_reps"], reps=reps,
                   min_reps=config["timing_min_reps"], budget_s=config["timing_budget_s"],
                   l2_flush=config["l2_flush"])
-    live = [_clone(v) for v in setup.timing_sets[0].inputs]
+    live = [_clone(v) for v in setup.timing_sets[0]]
     if variants is not None:  # a fresh variant per call; the candidate's calls partly audited
         def load_variant(which: int) -> None:
             base, shifts = variants[which]
-            for dst, src in zip(live, _variant(setup.timing_sets[base].inputs, shifts)):
+            for dst, src in zip(live, _variant(setup.timing_sets[base], shifts)):
                 if isinstance(dst, torch.Tensor):
                     dst.copy_(src)
 
@@ -337,7 +392,7 @@ def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, varian
                          audit=audit, cover_sets=False)
 
     def load_set(which: int) -> None:
-        for dst, src in zip(live, setup.timing_sets[which].inputs):
+        for dst, src in zip(live, setup.timing_sets[which]):
             if isinstance(dst, torch.Tensor):
                 dst.copy_(src)
 
@@ -354,17 +409,6 @@ def _config_for_stats(config: dict) -> EvalConfig:
 
 def _stats_meta(stats: Any) -> dict:
     return dict(stats.__dict__)
-
-
-def _poison(reference_outputs: list[Any], device: str) -> None:
-    """Hand the allocator blocks full of NaN in the sizes the candidate is likely to request."""
-    poison = []
-    for outputs in reference_outputs[:2]:
-        for value in outputs:
-            if value.is_floating_point():
-                poison.append(torch.full_like(value, float("nan")))
-    _sync(device)
-    del poison
 
 
 def _load_candidate(source: str) -> types.ModuleType:
@@ -386,12 +430,14 @@ def _classify_load_error(exc: BaseException) -> str:
 
 
 def _is_oom(exc: BaseException) -> bool:
-    """Allocation failures: CUDA's, Python's, and the CPU allocator's (a RuntimeError). Seen on the
-    H200: when NVML is unavailable, torch's CUDA allocator fails inside its out-of-memory report
-    (an internal assert in CUDACachingAllocator.cpp) instead of raising OutOfMemoryError."""
+    """Allocation failures: torch's CUDA allocator, a candidate's own cudaMalloc (a CUDA error that
+    is not sticky), Python's, and the CPU allocator's (a RuntimeError). Seen on the H200: when NVML
+    is unavailable, torch's CUDA allocator fails inside its out-of-memory report (an internal
+    assert in CUDACachingAllocator.cpp) instead of raising OutOfMemoryError."""
     text = str(exc)
     return (isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or "can't allocate memory" in text
-            or ("CUDACachingAllocator" in text and "nvmlInit" in text))
+            or ("CUDACachingAllocator" in text and "nvmlInit" in text)
+            or "CUDA error: out of memory" in text or "cudaErrorMemoryAllocation" in text)
 
 
 def _is_cuda_error(exc: BaseException) -> bool:
@@ -416,10 +462,26 @@ def _run_build(channel: _Channel, job: dict) -> None:
     channel.send("built", {"seconds": _perf_counter() - started, "inline_build_forms": fastbuild.BUILD_FORMS})
 
 
+def _setup_or_error(channel: _Channel, job: dict, device: str) -> _TaskSetup | None:
+    """The task's setup, or None after sending TASK_ERROR: the reference failed or does not fit."""
+    try:
+        return _TaskSetup(job, device)
+    except memory.NotEnoughMemory as exc:
+        _error(channel, "TASK_ERROR", f"the task does not fit this device: {exc}")
+    except BaseException as exc:  # noqa: BLE001
+        message = (memory.out_of_memory_message(device, None, "the reference") if _is_oom(exc)
+                   else f"the reference failed: {type(exc).__name__}: {exc}")
+        _error(channel, "TASK_ERROR", message, traceback=traceback.format_exc(limit=8))
+    return None
+
+
 def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
     config = job["config"]
-    setup = _TaskSetup(job, device)
-    result: dict[str, Any] = {}
+    setup = _setup_or_error(channel, job, device)
+    if setup is None:
+        return
+    setup.prepare_timing_sets()
+    result: dict[str, Any] = {"memory": setup.plan.to_meta()}
     if "eager" in config["baselines"]:
         stats, _, _ = _time_model(setup.model, setup, device, config)
         result["eager"] = _stats_meta(stats)
@@ -427,37 +489,72 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
         compiled = torch.compile(setup.model)
         started = _perf_counter()
         with torch.no_grad():
-            compiled(*[_clone(v) for v in setup.timing_sets[0].inputs])
+            compiled(*[_clone(v) for v in setup.timing_sets[0]])
         result["compile_warmup_s"] = _perf_counter() - started
         stats, _, _ = _time_model(compiled, setup, device, config)
         result["compile"] = _stats_meta(stats)
+    if device == "cuda":
+        result["memory"]["peak_gib"] = round(torch.cuda.max_memory_reserved() / memory.GIB, 3)
     channel.send("baseline", result)
+
+
+def _stream_sample(output: Any, seed: int) -> list[torch.Tensor]:
+    """Each output tensor read at seeded positions, enqueued on the current stream right after the
+    forward returned and before any synchronize: what a caller's next op on that stream sees."""
+    samples = []
+    for index, value in enumerate(flatten_outputs(output)):
+        if isinstance(value, torch.Tensor) and type(value) in _PLAIN_TENSORS and value.numel():
+            flat = value.detach().reshape(-1)
+            samples.append(flat[_sample_positions(flat.numel(), seed + index, flat.device)])
+    return samples
+
+
+def _failure(exc: BaseException, tamper: Any, device: str, plan: Any, during: str) -> tuple[str, str]:
+    """(error code, message) for an exception raised by candidate code."""
+    changes = [] if _is_cuda_error(exc) else tamper.changes()
+    if changes:
+        return "FORBIDDEN", (f"{during} raised {type(exc).__name__}: {exc} (the candidate changed the evaluation "
+                             f"process: {', '.join(changes)})")
+    if _is_oom(exc):
+        return "OUT_OF_MEMORY", memory.out_of_memory_message(device, plan, f"the candidate ({during})")
+    return "RUNTIME_ERROR", f"{during} raised {type(exc).__name__}: {exc}"
 
 
 def _run_eval(channel: _Channel, job: dict, device: str) -> None:
     config = job["config"]
     policy = config["policy"]
     started = _perf_counter()
-    try:
-        setup = _TaskSetup(job, device)
-    except BaseException as exc:  # noqa: BLE001
-        _error(channel, "TASK_ERROR", f"the reference failed: {type(exc).__name__}: {exc}",
-               traceback=traceback.format_exc(limit=8))
+    setup = _setup_or_error(channel, job, device)
+    if setup is None:
         return
+    plan = setup.plan
     parts = {"setup": _perf_counter() - started}
     arrays: list[np.ndarray] = []
     specs: list[list[dict]] = []
-    for index, outputs in enumerate(setup.reference_outputs):
+    trusted_samples: list[list[np.ndarray]] = []  # the reference's own values, for a recomputed reference
+
+    def describe(index: int, outputs: list[torch.Tensor]) -> None:
         draw_arrays, draw_specs = _describe(outputs, _sample_seed(job, index))
-        arrays += draw_arrays
+        arrays.extend(draw_arrays)
         specs.append(draw_specs)
-    parts["describe"] = _perf_counter() - started - sum(parts.values())
-    probe = _Probe(secrets.randbits(62))
-    variants, timing_checksums = _reference_checksums(setup, config, probe)
+        trusted_samples.append(draw_arrays)
+
+    try:
+        setup.prepare_trials(describe)
+        parts["describe"] = _perf_counter() - started - sum(parts.values())
+        setup.prepare_timing_sets()
+        probe = _Probe(secrets.randbits(62))
+        variants, timing_checksums = _reference_checksums(setup, config, probe)
+    except BaseException as exc:  # noqa: BLE001
+        message = (memory.out_of_memory_message(device, plan, "the reference") if _is_oom(exc)
+                   else f"the reference failed: {type(exc).__name__}: {exc}")
+        _error(channel, "TASK_ERROR", message, traceback=traceback.format_exc(limit=8))
+        return
     parts["checksums"] = _perf_counter() - started - sum(parts.values())
+    memory.scrub_freed(device, setup.output_nbytes)  # no freed reference output reaches the candidate
     channel.send("reference", {"limits_not_applied": job.get("limits_not_applied", []),
-                               "distributions": [d.distribution for d in setup.draws], "outputs": specs,
-                               "timing_checksums": timing_checksums,
+                               "distributions": setup.distributions, "outputs": specs,
+                               "timing_checksums": timing_checksums, "memory": plan.to_meta(),
                                "seconds": _perf_counter() - started,
                                "parts_s": parts}, arrays)
     del arrays, specs, timing_checksums
@@ -486,67 +583,108 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         model = model.to(device).eval()
     except BaseException as exc:  # noqa: BLE001
         changes = [] if _is_cuda_error(exc) else tamper.changes()
-        _error(channel, "FORBIDDEN" if changes else _classify_load_error(exc), f"{type(exc).__name__}: {exc}"
-               + (f" (the candidate changed the evaluation process: {', '.join(changes)})" if changes else ""),
-               traceback=traceback.format_exc(limit=8))
+        code = "FORBIDDEN" if changes else _classify_load_error(exc)
+        message = (memory.out_of_memory_message(device, plan, "the candidate (loading)") if code == "OUT_OF_MEMORY"
+                   else f"{type(exc).__name__}: {exc}"
+                   + (f" (the candidate changed the evaluation process: {', '.join(changes)})" if changes else ""))
+        _error(channel, code, message, traceback=traceback.format_exc(limit=8))
         return
     channel.send("loaded", {"seconds": _perf_counter() - started})
 
     forbidden: dict[str, int] = {}
-    kernels: list[str] = []
     native_calls = 0
-    for index, draw in enumerate(setup.trials):
+    for index in range(setup.trial_count):
+        draw = setup.draw(index)
         inputs = [_clone(v) for v in draw.inputs]
-        _poison(setup.reference_outputs, device)
+        memory.scrub_freed(device, setup.output_nbytes)
         recorder = guard.OpRecorder()
         calls_before = guard.native_call_total()
-        profiler = None
-        if device == "cuda" and index == 0:
-            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
-            profiler.__enter__()
         try:
             with torch.no_grad(), recorder:
                 output = model(*inputs)
                 still_recording = recorder.is_active()
+            early = _stream_sample(output, _sample_seed(job, index)) if device == "cuda" else []
             _sync(device)
         except BaseException as exc:  # noqa: BLE001
-            changes = [] if _is_cuda_error(exc) else tamper.changes()
-            code = "FORBIDDEN" if changes else "OUT_OF_MEMORY" if _is_oom(exc) else "RUNTIME_ERROR"
-            _error(channel, code, f"forward raised {type(exc).__name__}: {exc}"
-                   + (f" (the candidate changed the evaluation process: {', '.join(changes)})" if changes else ""),
-                   traceback=traceback.format_exc(limit=8))
+            code, message = _failure(exc, tamper, device, plan, "forward")
+            _error(channel, code, message, traceback=traceback.format_exc(limit=8))
             return
-        finally:
-            if profiler is not None:
-                profiler.__exit__(None, None, None)
         native_calls += guard.native_call_total() - calls_before
-        if profiler is not None:
-            kernels = sorted({e.name for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                              and not e.name.startswith(("Memcpy", "Memset"))})
         for op, count in recorder.ops.items():
             if not guard.op_is_allowed(op, policy):
                 forbidden[op] = forbidden.get(op, 0) + count
+        if early and not all(torch.equal(a, b) for a, b in zip(early, _stream_sample(output, _sample_seed(job, index)))):
+            _error(channel, "INCORRECT", "the output was still being written when forward returned: an op on the "
+                   "caller's current stream that read it right away saw other values than after a device-wide "
+                   "synchronize. Work on another stream (a side stream, a non-blocking stream, a library handle "
+                   "on its own stream) must be joined to the current stream (an event wait) before forward returns")
+            return
         mutated = [i for i, (before, after) in enumerate(zip(draw.inputs, inputs))
                    if isinstance(before, torch.Tensor) and not torch.equal(before, after)]
+        del inputs
+        reference = setup.reference_outputs[index]
         try:
-            arrays, specs = _describe(output, _sample_seed(job, index), setup.reference_outputs[index],
-                                      _config_for_stats(config))
+            if reference is None:  # not resident: the reference again, on the same draw
+                reference = setup.reference_output(index, draw.inputs)
+                again, _ = _describe(reference, _sample_seed(job, index))
+                if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(again, trusted_samples[index])):
+                    _error(channel, "FORBIDDEN", "the reference, recomputed after the candidate loaded, no longer "
+                           "gives its own earlier output: the candidate changed how PyTorch computes")
+                    return
+            del draw
+            arrays, specs = _describe(output, _sample_seed(job, index), reference, _config_for_stats(config))
         except TypeError as exc:
             _error(channel, "INCORRECT", str(exc))
             return
+        except BaseException as exc:  # noqa: BLE001
+            code, message = _failure(exc, tamper, device, plan, "checking the output")
+            _error(channel, code, message, traceback=traceback.format_exc(limit=8))
+            return
         channel.send("trial", {"index": index, "outputs": specs, "mutated_inputs": mutated,
                                "recording_intact": still_recording, "tampered": tamper.changes()}, arrays)
-        del output
+        del output, reference
 
-    checks = {"forbidden_ops": forbidden, "kernels": kernels, "native_calls": native_calls,
-              "tampered": tamper.changes(), "flags": flags}
+    checks = {"forbidden_ops": forbidden, "native_calls": native_calls, "tampered": tamper.changes(), "flags": flags}
     channel.send("checks", checks)
     if forbidden and policy == "strict":
         return  # the verdict is FORBIDDEN; timing it would only cost time
+    setup.release_reference_outputs()
+    memory.scrub_freed(device, setup.output_nbytes)
     audit = _Audit(policy)
-    stats, timing_flags, sums = _time_model(model, setup, device, config, variants, probe, audit)
-    channel.send("timing", {"stats": _stats_meta(stats), "flags": timing_flags, "checksums": sums,
-                            "audit": audit.meta(), "tampered": tamper.changes()})
+    try:
+        stats, timing_flags, sums = _time_model(model, setup, device, config, variants, probe, audit)
+    except BaseException as exc:  # noqa: BLE001
+        code, message = _failure(exc, tamper, device, plan, "a timed call")
+        _error(channel, code, message, traceback=traceback.format_exc(limit=8))
+        return
+    timing_meta = {"stats": _stats_meta(stats), "flags": timing_flags, "checksums": sums,
+                   "audit": audit.meta(), "tampered": tamper.changes()}
+    if device == "cuda":
+        timing_meta["peak_gib"] = round(torch.cuda.max_memory_reserved() / memory.GIB, 3)
+    channel.send("timing", timing_meta)
+    if device == "cuda":
+        _send_kernels(channel, model, setup, policy, tamper)
+
+
+def _send_kernels(channel: _Channel, model: Any, setup: _TaskSetup, policy: str, tamper: Any) -> None:
+    """The GPU kernels one more forward runs, seen by the CUDA profiler. Only after the timing:
+    once the profiler (CUPTI) has run in a process, kernel launches cost more host time there, and
+    the baselines are timed in workers where it never ran."""
+    inputs = [_clone(v) for v in setup.timing_sets[0]]
+    audit = _Audit(policy)
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+    try:
+        with profiler, audit():
+            with torch.no_grad():
+                model(*inputs)
+            _sync("cuda")
+        kernels = sorted({e.name for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                          and not e.name.startswith(("Memcpy", "Memset"))})
+    except BaseException as exc:  # noqa: BLE001
+        code, message = _failure(exc, tamper, "cuda", setup.plan, "the profiled forward")
+        _error(channel, code, message, traceback=traceback.format_exc(limit=8))
+        return
+    channel.send("kernels", {"kernels": kernels, "audit": audit.meta(), "tampered": tamper.changes()})
 
 
 def worker_main(conn: Any, setup: dict) -> None:

@@ -1,0 +1,173 @@
+"""Device memory inside a worker: how many input draws and reference outputs stay resident, how freed
+memory is scrubbed before candidate code can be handed it, and what an out-of-memory failure says.
+
+KernelBench's level-1 tasks reach 16 GiB of inputs plus output; holding every draw of such a task
+at once needs 8 times that. The plan (`plan_memory`, a pure function) keeps resident only what fits
+the budget: the task's base inputs always, a reference output per correctness trial while it fits
+(the others are recomputed after the candidate's trial, on the same draw), and as many timing input
+sets as fit (with none, the base inputs serve: every timed call still gets fresh, rotated values). Draws themselves are
+never stored: `correctness.make_draw` makes any of them again from the seed.
+
+A reference output that is freed is scrubbed (its memory filled with NaN) before candidate code
+runs, so a candidate that returns an uninitialised buffer can never be handed the expected answer.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+GIB = float(2**30)
+# Head room the plan leaves beside its own working set, for the candidate's workspace and the
+# allocator's rounding: a quarter of the largest tensor, and on CUDA at least 256 MiB.
+_SLACK_FRACTION = 0.25
+CUDA_SLACK_MIN_BYTES = 256 * 2**20
+
+
+class NotEnoughMemory(Exception):
+    """Not even one input draw and its reference output fit the device: the task cannot run here."""
+
+    def __init__(self, needed_bytes: int, available_bytes: int, what: str):
+        self.needed_bytes = needed_bytes
+        self.available_bytes = available_bytes
+        super().__init__(f"{what} needs {needed_bytes / GIB:.2f} GiB of device memory, but only "
+                         f"{available_bytes / GIB:.2f} GiB are available to the evaluation")
+
+
+@dataclass
+class MemoryPlan:
+    """What the worker keeps on the device. Sizes in bytes; `to_meta` reports GiB."""
+
+    input_bytes: int  # one set of the task's inputs
+    output_bytes: int  # the reference's outputs for one draw
+    reference_extra_bytes: int  # the reference's transient workspace beyond its outputs
+    budget_bytes: int  # what the evaluation may use on the device
+    used_bytes: int  # in use when the plan was made (model weights, base inputs)
+    resident_outputs: int  # correctness trials whose reference output stays resident
+    timing_sets: int  # timing input sets kept resident (0: the base inputs are the one timing set)
+
+    def to_meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {k: round(v / GIB, 6) for k, v in asdict(self).items() if k.endswith("_bytes")}
+        meta = {k.replace("_bytes", "_gib"): v for k, v in meta.items()}
+        meta.update(resident_outputs=self.resident_outputs, timing_sets=self.timing_sets)
+        return meta
+
+
+def plan_memory(*, input_bytes: int, output_bytes: int, reference_extra_bytes: int, used_bytes: int,
+                budget_bytes: int, trials: int, timing_sets: int, min_slack_bytes: int = 0) -> MemoryPlan:
+    """The residency plan for one task, or NotEnoughMemory when even one trial cannot run.
+
+    A trial needs, beside what is in use: the candidate's copy of the inputs, its output, a fresh
+    copy of the draw (to check the inputs were not modified) and, when the reference output is
+    not resident, the reference's output and workspace once more; plus slack. Each resident
+    reference output costs `output_bytes`. Timing needs a live input set, a rotated variant being
+    made, the candidate's output and slack; each resident timing set costs `input_bytes` (with
+    none, the base inputs serve as the one timing set). Resident reference outputs come first,
+    then timing sets: both only save time, since the rest are made again."""
+    largest = max(input_bytes, output_bytes, 1)
+    slack = max(min_slack_bytes, int(_SLACK_FRACTION * largest))
+    free = budget_bytes - used_bytes
+    working = 2 * input_bytes + 2 * output_bytes + reference_extra_bytes + slack
+    room = free - working
+    if room < 0:
+        raise NotEnoughMemory(used_bytes + working, budget_bytes, "one correctness trial of this task")
+    resident = min(trials, room // max(output_bytes, 1))
+    room -= resident * output_bytes
+    sets = min(timing_sets, room // max(input_bytes, 1))
+    return MemoryPlan(input_bytes, output_bytes, reference_extra_bytes, budget_bytes, used_bytes,
+                      int(resident), int(sets))
+
+
+def tensor_bytes(values: Sequence[Any]) -> int:
+    import torch
+
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def device_budget_bytes(device: str, cap_gb: float | None) -> int:
+    """What the evaluation may use: what this process holds or could still get, at most `cap_gb`."""
+    if device == "cuda":
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+        available = free + torch.cuda.memory_reserved()
+    else:
+        available = _host_available_bytes()
+    if cap_gb is not None:
+        available = min(available, int(cap_gb * GIB))
+    return int(available)
+
+
+def _host_available_bytes() -> int:
+    """MemAvailable, and no more than the address-space limit leaves (CPU workers run under one)."""
+    available = 1 << 62
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        try:
+            with open("/proc/self/statm", encoding="ascii") as handle:
+                mapped = int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            available = min(available, max(0, soft - mapped))
+        except (OSError, ValueError):
+            pass
+    return available
+
+
+def device_used_bytes(device: str) -> int:
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.memory_allocated())
+    return 0  # host tensors are counted in the plan's own terms (the budget is what is left)
+
+
+def scrub_freed(device: str, sizes: Sequence[int] = ()) -> None:
+    """Fill memory that the allocator holds free with NaN bytes, so candidate code is never handed
+    a freed reference output. On CUDA every free block of torch's caching allocator is taken (a
+    request of a block's own size is served by a block of that size), filled with 0xFF (NaN in
+    every floating dtype) and released. On the CPU, where large blocks go back to the system and
+    come back zeroed, blocks of the given `sizes` (in bytes) are taken from the heap the same way."""
+    import torch
+
+    held = []
+    if device == "cuda":
+        for segment in torch.cuda.memory_snapshot():
+            for block in segment.get("blocks", []):
+                if block.get("state") == "inactive" and block.get("size", 0) > 0:
+                    held.append(torch.empty(int(block["size"]), dtype=torch.uint8, device="cuda"))
+        for tensor in held:
+            tensor.fill_(255)
+        torch.cuda.synchronize()
+    else:
+        for size in sizes:
+            if size > 0:
+                held.append(torch.full((int(size),), 255, dtype=torch.uint8))
+    del held
+
+
+def out_of_memory_message(device: str, plan: MemoryPlan | None, who: str) -> str:
+    """What a failed allocation means, with the numbers: for the candidate, what the evaluation
+    holds and what was left; for the reference, what the task needs."""
+    parts = [f"{who} ran out of device memory" if device == "cuda" else f"{who} ran out of memory"]
+    if device == "cuda":
+        try:
+            import torch
+
+            free, total = torch.cuda.mem_get_info()
+            parts.append(f"{torch.cuda.memory_allocated() / GIB:.2f} GiB allocated by this process, "
+                         f"{free / GIB:.2f} GiB of {total / GIB:.1f} GiB free on the device")
+        except Exception:  # noqa: BLE001 - after a sticky CUDA error the device cannot be queried
+            pass
+    if plan is not None:
+        parts.append(f"the task's inputs take {plan.input_bytes / GIB:.2f} GiB and its outputs "
+                     f"{plan.output_bytes / GIB:.2f} GiB; the evaluation may use {plan.budget_bytes / GIB:.2f} GiB")
+    return "; ".join(parts)

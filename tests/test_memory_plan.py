@@ -1,0 +1,94 @@
+"""The memory plan: a task sized past the budget still gets a correct verdict, a task that cannot fit
+gets TASK_ERROR with its numbers, freed reference outputs are scrubbed, and out-of-memory failures
+are classified (cuda_gym/eval/memory.py, worker.py)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cuda_gym.eval import ErrorCode, worker
+from cuda_gym.eval.memory import NotEnoughMemory, plan_memory
+from cuda_gym.tasks import get_task, solution_path
+
+MIB = 2**20
+HOSTILE = Path(__file__).parent / "hostile"
+
+
+def test_everything_resident_when_it_fits():
+    plan = plan_memory(input_bytes=64 * MIB, output_bytes=64 * MIB, reference_extra_bytes=0, used_bytes=128 * MIB,
+                       budget_bytes=8 * 2**30, trials=5, timing_sets=3)
+    assert (plan.resident_outputs, plan.timing_sets) == (5, 3)
+
+
+def test_a_tight_budget_keeps_fewer_draws_resident():
+    # 8 GiB of inputs and 8 GiB of output, as KernelBench's 39_L2Norm_, on a 72 GiB budget.
+    gib = 2**30
+    plan = plan_memory(input_bytes=8 * gib, output_bytes=8 * gib, reference_extra_bytes=0, used_bytes=8 * gib,
+                       budget_bytes=72 * gib, trials=5, timing_sets=3, min_slack_bytes=256 * MIB)
+    assert plan.resident_outputs == 3 and plan.timing_sets == 0  # the base inputs are the timing set
+    peak = (plan.used_bytes + 2 * plan.input_bytes + 2 * plan.output_bytes
+            + plan.resident_outputs * plan.output_bytes + plan.timing_sets * plan.input_bytes)
+    assert peak <= plan.budget_bytes
+    roomier = plan_memory(input_bytes=2 * gib, output_bytes=2 * gib, reference_extra_bytes=0, used_bytes=2 * gib,
+                          budget_bytes=72 * gib, trials=5, timing_sets=3, min_slack_bytes=256 * MIB)
+    assert roomier.resident_outputs == 5 and roomier.timing_sets == 3
+
+
+def test_a_task_that_cannot_fit_says_how_much_it_needs():
+    with pytest.raises(NotEnoughMemory) as caught:
+        plan_memory(input_bytes=40 * 2**30, output_bytes=40 * 2**30, reference_extra_bytes=0, used_bytes=40 * 2**30,
+                    budget_bytes=72 * 2**30, trials=5, timing_sets=3)
+    message = str(caught.value)
+    assert "GiB" in message and "72.00 GiB" in message and caught.value.needed_bytes > 72 * 2**30
+
+
+@pytest.mark.parametrize("text", [
+    "NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at CUDACachingAllocator.cpp:1131",
+    "CUDA error: out of memory",
+    "DefaultCPUAllocator: can't allocate memory: you tried to allocate 999999999999 bytes",
+])
+def test_allocation_failures_are_out_of_memory(text):
+    assert worker._is_oom(RuntimeError(text))
+    assert not worker._is_oom(RuntimeError("CUDA error: an illegal memory access was encountered"))
+
+
+def _sizes(cpu_evaluator):
+    task = get_task("builtin/L1/gelu")
+    first = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text())
+    assert first.ok, first.message
+    memory = first.device_memory
+    assert memory["resident_outputs"] == 5 and memory["timing_sets"] == 3
+    return task, memory["input_gib"], memory["output_gib"], memory["reference_extra_gib"]
+
+
+def test_a_task_past_a_small_budget_is_judged_correctly(cpu_evaluator):
+    task, input_gib, output_gib, extra_gib = _sizes(cpu_evaluator)
+    # Room for one trial only: every reference output is recomputed after the candidate's trial,
+    # and every timed call rotates the base inputs.
+    budget = 2 * input_gib + 2 * output_gib + extra_gib + 0.25 * max(input_gib, output_gib) + 0.2 * output_gib
+    config = replace(cpu_evaluator.config, device_memory_gb=budget)
+    result = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text(), config=config)
+    assert result.ok, result.message
+    assert result.device_memory["resident_outputs"] == 0 and result.device_memory["timing_sets"] == 0
+    assert len(result.trials) == 5 and all(t.passed for t in result.trials)
+
+    # The same budget does not let an uninitialised output pass: freed reference outputs are scrubbed.
+    hostile = cpu_evaluator.evaluate(task, (HOSTILE / "cpu_uninit_empty_like.py").read_text(), config=config)
+    assert hostile.error_code is ErrorCode.INCORRECT, hostile.message
+
+    # And a wrong kernel is still caught on a recomputed reference.
+    wrong = solution_path(task, "cpu").read_text().replace("0.5f *", "0.49f *")
+    assert wrong != solution_path(task, "cpu").read_text()
+    bad = cpu_evaluator.evaluate(task, wrong, config=config)
+    assert bad.error_code is ErrorCode.INCORRECT, bad.message
+
+
+def test_a_task_that_does_not_fit_is_a_task_error_with_numbers(cpu_evaluator):
+    task = get_task("builtin/L1/gelu")
+    config = replace(cpu_evaluator.config, device_memory_gb=0.05)  # 50 MiB: under one trial of 32 MiB tensors
+    result = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text(), config=config)
+    assert result.error_code is ErrorCode.TASK_ERROR
+    assert "does not fit" in result.message and "GiB" in result.message and "0.05 GiB" in result.message
+
