@@ -47,7 +47,6 @@ def add_command(commands: argparse._SubParsersAction) -> None:
     play.add_argument("--episodes-per-task", type=int, default=1, help="episodes per task (default 1)")
     play.add_argument("--concurrency", type=int, default=4, help="episodes played at once (default 4)")
     play.add_argument("--reward-mode", default="per_step", choices=["per_step", "final"], help="default per_step")
-    play.add_argument("--seed", type=int, default=0, help="episode e resets with seed + e (default 0)")
     play.add_argument("--out", help="output directory (default: cuda_gym_results/agent_<time>); must be new")
     play.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_eval_options(agent)
@@ -93,8 +92,7 @@ def _check_model_options(args: argparse.Namespace) -> None:
 def _chat_backend(args: argparse.Namespace):
     from .llm import OpenAIChat, SamplingConfig, TransformersChat
 
-    sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                              seed=args.seed)
+    sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
     if args.checkpoint:
         return TransformersChat.from_pretrained(args.checkpoint, device=args.device, dtype=args.dtype,
                                                 sampling=sampling)
@@ -120,9 +118,9 @@ def run_agent(args: argparse.Namespace) -> int:
     if args.max_turns < 1 or args.episodes_per_task < 1 or args.concurrency < 1:
         return _error("--max-turns, --episodes-per-task and --concurrency must be at least 1")
     config = RolloutConfig(episodes_per_task=args.episodes_per_task, concurrency=args.concurrency,
-                           max_turns=args.max_turns, reward_mode=args.reward_mode, seed=args.seed,
+                           max_turns=args.max_turns, reward_mode=args.reward_mode,
                            react=ReactConfig(context_tokens=args.context_tokens))
-    # The evaluator first: its fork server must start before a local model touches CUDA in this process.
+    # The evaluator first (seconds): a problem there shows before a large checkpoint is loaded (minutes).
     with Evaluator(args.backend, evaluator_config(args)) as evaluator:
         try:
             chat = _chat_backend(args)

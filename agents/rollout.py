@@ -44,15 +44,13 @@ SUMMARY_FILE = "summary.json"
 class RolloutConfig:
     """How episodes are played. max_turns: the environment's turn budget per episode (CUDA Agent
     plays up to 150 turns in training and 200 in evaluation; each turn costs an evaluation).
-    concurrency: episodes in flight at once (the model generates for one while another is judged).
-    seed: episode e of task t resets its environment with seed + e."""
+    concurrency: episodes in flight at once (the model generates for one while another is judged)."""
 
     episodes_per_task: int = 1
     concurrency: int = 4
     max_turns: int = 8
     reward: str = "milestone"
     reward_mode: str = "per_step"
-    seed: int = 0
     react: ReactConfig = field(default_factory=ReactConfig)
 
 
@@ -84,16 +82,18 @@ def rollout(chat: ChatBackend, tasks: Iterable[Any], evaluator: Any, out_dir: st
     meta = {"backend": chat.name, "model": chat.model, "config": _config_dict(config)}
 
     def play(task: Any, episode: int) -> Trajectory:
-        env = KernelEnv(backend=backend, evaluator=evaluator, max_turns=config.max_turns, reward=config.reward,
-                        reward_mode=config.reward_mode)
+        env = None
         try:
-            return policy.play(env, chat, task, episode=episode, seed=config.seed + episode)
-        except Exception as exc:  # reset failed (a broken task): still one record per episode
+            env = KernelEnv(backend=backend, evaluator=evaluator, max_turns=config.max_turns, reward=config.reward,
+                            reward_mode=config.reward_mode)
+            return policy.play(env, chat, task, episode=episode)
+        except Exception as exc:  # the environment could not start the episode: still one record per episode
             return Trajectory(task_id=task.id, level=int(task.level), episode=episode, backend=chat.name,
                               model=chat.model, end_reason="env_error", error=f"{type(exc).__name__}: {exc}",
                               max_turns=config.max_turns, sampling=chat.sampling.to_dict())
         finally:
-            env.close()
+            if env is not None:
+                env.close()
 
     bar = tqdm(total=len(jobs), desc="episodes", unit="ep", disable=not progress)
     with ThreadPoolExecutor(max_workers=max(1, config.concurrency), thread_name_prefix="cuda-gym-agent") as pool:

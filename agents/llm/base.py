@@ -20,7 +20,9 @@ class SamplingConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 4096
-    seed: int | None = None  # sent to servers that take one (OpenAI-compatible `seed`)
+    # A fixed seed per request (OpenAI-compatible `seed`; torch.manual_seed before each local generate):
+    # the same prompt then gets the same reply, so episodes of one task would repeat. None: independent samples.
+    seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
