@@ -89,11 +89,12 @@ class Evaluator:
         return self._executor.submit(self._evaluate_safely, task, candidate, backend, config or self.config)
 
     def baselines(self, task: Task, *, backend: str | None = None, config: EvalConfig | None = None) -> dict[str, Any]:
-        """Cached eager / torch.compile times for a task: {'eager': TimingStats|None, 'compile': ...}."""
+        """Cached eager / torch.compile times for a task: {'eager': TimingStats|None, 'compile': ...,
+        'errors': {name: why}, 'peak_gib': the most a baseline worker's CUDA allocator reserved}."""
         backend = self._check_backend(backend)
         entry = self._baseline_entry(task, backend, config or self.config)
         return {name: (TimingStats(**entry[name]) if entry.get(name) else None) for name in ("eager", "compile")} | {
-            "errors": entry.get("errors", {})}
+            "errors": entry.get("errors", {}), "peak_gib": entry.get("peak_gib")}
 
     def wait_until_warm(self) -> None:
         """Block until the spare workers have started (interpreter, CUDA context, warm-up kernels).
@@ -375,6 +376,9 @@ class Evaluator:
                         samples[name].append(measured[name])
                 if "compile_warmup_s" in measured:
                     entry.setdefault("compile_warmup_s", []).append(measured["compile_warmup_s"])
+                peak = (measured.get("memory") or {}).get("peak_gib")
+                if peak is not None:
+                    entry["peak_gib"] = max(float(peak), entry.get("peak_gib", 0.0))
             for name in config.baselines:
                 entry[name] = min(samples[name], key=lambda stats: stats["median_ms"]) if samples[name] else None
                 entry[f"{name}_worker_medians_ms"] = [stats["median_ms"] for stats in samples[name]]
