@@ -201,27 +201,42 @@ def _broadcast_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def broadcast_index(operand_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, int]:
-    """(div, mod) such that the operand's element for output linear index i is at (i // div) % mod.
+def broadcast_terms(operand_shape: Sequence[int], out_shape: Sequence[int]) -> list[tuple[int, int, int]]:
+    """[(div, mod, mult)]: the operand's element for output linear index i is at sum((i // div) % mod * mult).
 
-    The operand's non-1 dims must be one run of adjacent output dims of equal extent (a full tensor,
-    a row vector, a per-channel vector, a scalar); other broadcasts raise Unsupported.
+    One term per run of adjacent dims in which the (contiguous) operand is not broadcast; a full
+    tensor, a row or per-channel vector is one term, a scalar none.
     """
     rank = len(out_shape)
     if len(operand_shape) > rank:
         raise Unsupported(f"operand of shape {tuple(operand_shape)} is larger than the output {tuple(out_shape)}")
     shape = (1,) * (rank - len(operand_shape)) + tuple(operand_shape)
-    dims = [d for d in range(rank) if shape[d] != 1]
-    if not dims:
-        return 1, 1
-    for d in dims:
-        if shape[d] != out_shape[d]:
+    for d in range(rank):
+        if shape[d] != 1 and shape[d] != out_shape[d]:
             raise Unsupported(f"operand of shape {tuple(operand_shape)} does not broadcast to {tuple(out_shape)}")
-    lo, hi = dims[0], dims[-1] + 1
-    if any(shape[d] == 1 and out_shape[d] != 1 for d in range(lo, hi)):
-        raise Unsupported(f"operand of shape {tuple(operand_shape)} broadcasts over non-adjacent dims of "
-                          f"{tuple(out_shape)}")
-    return math.prod(out_shape[hi:]), math.prod(out_shape[lo:hi])
+    terms = []
+    d = 0
+    while d < rank:
+        if shape[d] == 1 or out_shape[d] == 1:
+            d += 1
+            continue
+        lo = d
+        while d < rank and (shape[d] != 1 or out_shape[d] == 1):
+            d += 1
+        terms.append((math.prod(out_shape[d:]), math.prod(out_shape[lo:d]), math.prod(shape[d:])))
+    return terms
+
+
+def _index_code(operand_shape: Sequence[int], out_shape: Sequence[int], index: str) -> str:
+    """C expression of the operand's element index for output index `index`."""
+    total = math.prod(out_shape)
+    parts = []
+    for div, mod, mult in broadcast_terms(operand_shape, out_shape):
+        term = index if div == 1 else f"({index} / {div}LL)"
+        if div * mod != total:
+            term = f"({term} % {mod}LL)"
+        parts.append(term if mult == 1 else f"{term} * {mult}LL")
+    return " + ".join(parts) if parts else "0"
 
 
 # ------------------------------------------------------------------------------------ the tracer
@@ -358,12 +373,12 @@ class _Tracer:
                 parts.append(("op", len(operands)))
                 operands.append(Operand(a.buffer, a.shape))
             else:
-                # its operands keep their own shapes; broadcast_index re-derives their index for `shape`
+                # its operands keep their own shapes; broadcast_terms re-derives their index for `shape`
                 parts.append(_shift(a.expr, len(operands)))
                 operands.extend(a.operands)
         parts.extend(("c", float(c)) for c in consts)
         for o in operands:
-            broadcast_index(o.shape, shape)  # fail now rather than at render time
+            broadcast_terms(o.shape, shape)  # fail now rather than at render time
         return _Value(shape, ("f", name, *parts), operands, producer=keeper.producer if keeper else None)
 
     # ---- graph walk
@@ -415,7 +430,7 @@ class _Tracer:
 
         args = [self._arg(a) for a in node.args]
         kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
-        if isinstance(meta_value, torch.Size) or (isinstance(meta_value, (tuple, list)) and
+        if isinstance(meta_value, (torch.Size, torch.device, torch.dtype)) or (isinstance(meta_value, (tuple, list)) and
                                                   all(isinstance(v, (int, float)) for v in meta_value)):
             return meta_value
         if not isinstance(meta_value, (torch.Tensor, tuple, list)):
@@ -436,6 +451,10 @@ class _Tracer:
                 name = _OPERATORS[node.target]
             elif node.target is operator.getitem:
                 return self._getitem(args, meta_value)
+            elif node.target is getattr and isinstance(args[0], tuple) and args[1] in ("values", "indices"):
+                return args[0][0 if args[1] == "values" else 1]
+            elif node.target is getattr and args[1] in ("T", "mT"):
+                return self._transpose(args[0], "t" if args[1] == "T" else "transpose", [-1, -2], out_shape)
             return self._function(node, name, args, kwargs, out_shape, method=False, meta_value=meta_value)
         raise Unsupported(f"node {node.name}: {node.op}")
 
@@ -716,6 +735,17 @@ class _Tracer:
         x = args[0] if args else None
         if name in _VIEWS or name in ("flatten",):
             return self._view(x, out_shape)
+        if name in ("clone", "detach"):
+            return x  # values are immutable here; an output that is an input is copied anyway
+        if name == "norm":
+            p = kwargs.get("p", args[1] if len(args) > 1 else "fro")
+            dim = kwargs.get("dim", args[2] if len(args) > 2 else None)
+            keepdim = kwargs.get("keepdim", args[3] if len(args) > 3 else False)
+            if p not in ("fro", 2, 2.0, None) or kwargs.get("dtype") is not None:
+                raise Unsupported(f"norm with p={p}")
+            squares = self.pointwise("square", [x])
+            total = self._reduce(squares, "sum", self._dims(dim, len(x.shape)), keepdim, out_shape)
+            return self.pointwise("sqrt", [total])
         if name in ("t", "transpose", "permute") or (name == "T"):
             return self._transpose(x, name, args[1:], out_shape)
         if name in ("size", "dim", "numel"):
@@ -924,8 +954,8 @@ CUDA_KNOBS: tuple[Knob, ...] = (
     Knob("tile_m", (32, 64, 128), ("gemm", "conv"), 1),
     Knob("tile_n", (32, 64, 128), ("gemm", "conv"), 1),
     Knob("tile_k", (8, 16, 32), ("gemm", "conv"), 1),
-    Knob("thread_m", (2, 4, 8), ("gemm", "conv"), 1),
-    Knob("thread_n", (2, 4, 8), ("gemm", "conv"), 1),
+    Knob("thread_m", (4, 8), ("gemm", "conv"), 0),
+    Knob("thread_n", (4, 8), ("gemm", "conv"), 0),
     Knob("direct_block", (64, 128, 256, 512), ("conv_transpose", "pool"), 2),
     Knob("fuse_epilogue", (1, 0), ("gemm", "conv", "conv_transpose", "pool", "reduce", "norm"), 0),
 )
@@ -991,6 +1021,15 @@ class KnobSpace:
         return len(action) == len(self.knobs) and all(0 <= int(a) < len(m) and m[int(a)]
                                                       for a, m in zip(action, self.masks))
 
+    def canonical(self, action: Sequence[int]) -> tuple[int, ...]:
+        """`action` with every value outside the mask replaced by its knob's default (same length required)."""
+        if len(action) != len(self.knobs):
+            raise ValueError(f"action must have {len(self.knobs)} entries (one per knob: "
+                             f"{', '.join(k.name for k in self.knobs)}), got {len(action)}")
+        default = self.default()
+        return tuple(int(a) if 0 <= int(a) < len(m) and m[int(a)] else d
+                     for a, m, d in zip(action, self.masks, default))
+
     def sample(self, rng: random.Random) -> tuple[int, ...]:
         return tuple(rng.choice([i for i, ok in enumerate(m) if ok]) for m in self.masks)
 
@@ -1011,17 +1050,9 @@ def _operand_code(operands: list[Operand], out_shape: tuple[int, ...], index: st
     """(functor fields, per-element load lines, operand value names) for an expression's operands."""
     fields, loads, names = [], [], []
     for k, op in enumerate(operands):
-        div, mod = broadcast_index(op.shape, out_shape)
         fields.append(f"const float* p{k};")
         names.append(f"a{k}")
-        if mod == 1:
-            loads.append(f"const float a{k} = p{k}[0];")
-        elif div == 1 and mod == math.prod(out_shape):
-            loads.append(f"const float a{k} = p{k}[{index}];")
-        elif div == 1:
-            loads.append(f"const float a{k} = p{k}[{index} % {mod}LL];")
-        else:
-            loads.append(f"const float a{k} = p{k}[({index} / {div}LL) % {mod}LL];")
+        loads.append(f"const float a{k} = p{k}[{_index_code(op.shape, out_shape, index)}];")
     return fields, loads, names
 
 
@@ -1041,17 +1072,12 @@ def _elementwise_functor(name: str, expr: tuple, operands: list[Operand], out_sh
     names = []
     total = math.prod(out_shape)
     for k, op in enumerate(operands):
-        div, mod = broadcast_index(op.shape, out_shape)
         names.append(f"a{k}")
-        if div == 1 and mod == total:
+        if broadcast_terms(op.shape, out_shape) == [(1, total, 1)]:
             vector_loads.append(f"float f{k}[V]; cg_load<V>(p{k} + i, f{k});")
             per_element.append(f"const float a{k} = f{k}[j];")
-        elif mod == 1:
-            per_element.append(f"const float a{k} = p{k}[0];")
-        elif div == 1:
-            per_element.append(f"const float a{k} = p{k}[(i + j) % {mod}LL];")
         else:
-            per_element.append(f"const float a{k} = p{k}[((i + j) / {div}LL) % {mod}LL];")
+            per_element.append(f"const float a{k} = p{k}[{_index_code(op.shape, out_shape, '(i + j)')}];")
     return (f"struct {name} {{\n    {' '.join(fields)}\n"
             f"    template <int V> CG_FN void run(int64_t i, float (&out)[V]) const {{\n"
             f"        {' '.join(vector_loads)}\n"
@@ -1061,7 +1087,7 @@ def _elementwise_functor(name: str, expr: tuple, operands: list[Operand], out_sh
 
 def _full_operands(operands: list[Operand], out_shape: tuple[int, ...]) -> list[int]:
     total = math.prod(out_shape)
-    return [k for k, o in enumerate(operands) if broadcast_index(o.shape, out_shape) == (1, total)]
+    return [k for k, o in enumerate(operands) if broadcast_terms(o.shape, out_shape) == [(1, total, 1)]]
 
 
 @dataclass
@@ -1287,49 +1313,121 @@ def _rank(result: Any) -> tuple:
     return (bool(result.correct), speed)
 
 
+@dataclass
+class PendingSolution:
+    """Configurations of one task handed to the evaluator (`TemplateAgent.submit`); `finish` collects them."""
+    solution: TaskSolution
+    plan: Plan | None = None
+    space: KnobSpace | None = None
+    futures: list[tuple[tuple[int, ...], dict[str, Any], str, Any]] = field(default_factory=list)
+
+
+PolicyFactory = Callable[[Plan, Any, KnobSpace], Callable[[], Sequence[int]]]
+
+
 class TemplateAgent:
     """Plans each task onto the templates and tunes its knobs: the default configuration first, then
-    random configurations (`search="random"`) or a trained SB3 policy's choices (`policy=`), up to
-    `budget` evaluations per task. Evaluations go through the given Evaluator (its caches apply)."""
+    random configurations, or a trained SB3 policy's choices (`policy=`: a factory that, given the plan,
+    task and knob space, returns a callable proposing one action), up to `budget` evaluations per task.
+    Evaluations go through the given Evaluator (its build and baseline caches apply); `submit` queues a
+    task's configurations without waiting, so many tasks' builds overlap."""
 
     def __init__(self, evaluator: Any, backend: str, *, seed: int = 0, eval_config: Any = None):
+        if backend not in ("cuda", "cpu"):
+            raise ValueError(f"backend must be 'cuda' or 'cpu', got {backend!r}")
         self.evaluator = evaluator
         self.backend = backend
         self.rng = random.Random(seed)
         self.eval_config = eval_config
 
-    def configurations(self, space: KnobSpace, budget: int, policy: Callable[[], Sequence[int]] | None = None
-                       ) -> list[tuple[int, ...]]:
-        """`budget` distinct valid actions: the default, then the policy's or random ones."""
-        chosen = [space.default()]
-        seen = set(chosen)
+    def configurations(self, space: KnobSpace, budget: int, propose: Callable[[], Sequence[int]] | None = None,
+                       exclude: Sequence[tuple[int, ...]] = ()) -> list[tuple[int, ...]]:
+        """Up to `budget` distinct valid actions not in `exclude`: the default first, then proposals
+        (random ones without `propose`)."""
+        seen = set(exclude)
+        chosen: list[tuple[int, ...]] = []
+        if space.default() not in seen:
+            chosen.append(space.default())
+            seen.add(space.default())
+        limit = min(budget, space.size() - len(set(exclude)))
         attempts = 0
-        while len(chosen) < min(budget, space.size()) and attempts < 50 * budget:
+        while len(chosen) < limit and attempts < 50 * max(budget, 1):
             attempts += 1
-            action = tuple(int(a) for a in policy()) if policy is not None else space.sample(self.rng)
-            if space.valid(action) and action not in seen:
+            action = space.canonical(propose()) if propose is not None else space.sample(self.rng)
+            if action not in seen:
                 seen.add(action)
                 chosen.append(action)
         return chosen
 
-    def solve(self, task: Any, budget: int = 1, policy: Callable[[], Sequence[int]] | None = None) -> TaskSolution:
-        solution = TaskSolution(task.id, task.level)
+    def submit(self, task: Any, budget: int = 1, policy: PolicyFactory | None = None,
+               previous: TaskSolution | None = None) -> PendingSolution:
+        """Plan `task` and queue `budget` new configurations (beyond those `previous` already judged)."""
+        solution = previous or TaskSolution(task.id, task.level)
+        pending = PendingSolution(solution)
+        if solution.plan_error is not None:
+            return pending
         try:
             plan = plan_task(task, self.backend)
         except Unsupported as exc:
             solution.plan_error = str(exc)
-            return solution
+            return pending
+        except Exception as exc:  # noqa: BLE001 - a reference that fails to build or trace is not covered
+            solution.plan_error = f"planning failed: {type(exc).__name__}: {str(exc)[:300]}"
+            return pending
         space = KnobSpace.for_plan(plan)
-        actions = self.configurations(space, budget, policy)
-        futures = []
-        for action in actions:
+        pending.plan, pending.space = plan, space
+        propose = policy(plan, task, space) if policy is not None else None
+        for action in self.configurations(space, budget, propose, exclude=[t.action for t in solution.trials]):
             knobs = space.values(action)
             source = render_candidate(plan, knobs)
-            futures.append((action, knobs, source, self.evaluator.submit(task, source, backend=self.backend,
-                                                                          config=self.eval_config)))
-        for action, knobs, source, future in futures:
+            future = self.evaluator.submit(task, source, backend=self.backend, config=self.eval_config)
+            pending.futures.append((action, knobs, source, future))
+        return pending
+
+    @staticmethod
+    def finish(pending: PendingSolution) -> TaskSolution:
+        """Wait for the queued configurations; keep the best (correct first, then fastest)."""
+        solution = pending.solution
+        for action, knobs, source, future in pending.futures:
             trial = Trial(action, knobs, future.result())
             solution.trials.append(trial)
             if solution.best is None or _rank(trial.result) > _rank(solution.best.result):
                 solution.best, solution.best_source = trial, source
+        pending.futures = []
         return solution
+
+    def solve(self, task: Any, budget: int = 1, policy: PolicyFactory | None = None) -> TaskSolution:
+        return self.finish(self.submit(task, budget, policy))
+
+
+def sb3_policy(model_path: str, deterministic: bool = False) -> PolicyFactory:
+    """A policy factory from a saved SB3 PPO / MaskablePPO model (agents/schedule_ppo.py trains them)."""
+    from cuda_gym.envs.schedule_env import plan_features
+
+    try:
+        from sb3_contrib import MaskablePPO
+
+        model = MaskablePPO.load(model_path, device="cpu")
+        masked = True
+    except Exception:  # noqa: BLE001 - not a MaskablePPO file: try plain PPO
+        from stable_baselines3 import PPO
+
+        model = PPO.load(model_path, device="cpu")
+        masked = False
+
+    def factory(plan: Plan, task: Any, space: KnobSpace) -> Callable[[], Sequence[int]]:
+        import numpy as np
+
+        observation = plan_features(plan, task.level)
+        mask = np.asarray(space.flat_mask(), dtype=bool)
+
+        def propose() -> Sequence[int]:
+            if masked:
+                action, _ = model.predict(observation, deterministic=deterministic, action_masks=mask)
+            else:
+                action, _ = model.predict(observation, deterministic=deterministic)
+            return [int(a) for a in action]
+
+        return propose
+
+    return factory

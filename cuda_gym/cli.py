@@ -164,6 +164,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "cuda_gym.leaderboard.command",
     "agents.cli",
     "cuda_gym.synth.cli",
+    "agents.template_cli",
     "agents.ppo.cli",
 )
 

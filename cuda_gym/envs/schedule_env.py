@@ -6,7 +6,7 @@ not cover are left out of the environment (`env.skipped` says why). An action pi
 knob (`env.knobs`: block sizes, items per thread, vector widths, GEMM/conv tiles, cuBLAS or tiled
 GEMM, epilogue fusion on or off); `step` renders the full `ModelNew` from the templates and judges it
 with the same `Evaluator` as `KernelEnv` (results are cached by (task, configuration), so a repeated
-configuration costs nothing and returns the same verdict).
+configuration costs nothing and returns the same verdict; `env.last_step_cached` says which).
 
 Observation (`Box(float32)`, see `FEATURES`): the plan's stage kinds (counts), log2 sizes (output,
 inputs, the largest GEMM's M/N/K, the largest reduced axis, conv GEMM dims), the level, and the last
@@ -152,6 +152,9 @@ class ScheduleEnv(gym.Env):
         self._space: Any = None
         self._steps: list[EvalResult] = []
         self._features: np.ndarray | None = None
+        # Whether the last step's verdict came from the cache. Not in `info`: the same (seed, action)
+        # must give the same info (gymnasium's determinism check), cached or not.
+        self.last_step_cached = False
 
     # ------------------------------------------------------------------------------ evaluator
     @property
@@ -193,16 +196,7 @@ class ScheduleEnv(gym.Env):
 
     def canonical(self, action: Any) -> tuple[int, ...]:
         """The action judged: each value outside the current mask replaced by its knob's default."""
-        values = np.asarray(action).reshape(-1)
-        if values.shape[0] != len(self.knobs):
-            raise ValueError(f"action must have {len(self.knobs)} entries (one per knob: "
-                             f"{', '.join(k.name for k in self.knobs)}), got {values.shape[0]}")
-        default = self._space.default()
-        out = []
-        for i, (value, mask) in enumerate(zip(values, self._space.masks)):
-            value = int(value)
-            out.append(value if 0 <= value < len(mask) and mask[value] else default[i])
-        return tuple(out)
+        return self._space.canonical([int(v) for v in np.asarray(action).reshape(-1)])
 
     def evaluate(self, action: Any) -> tuple[EvalResult, bool, tuple[int, ...]]:
         """(result, served from the cache, action judged) for the current task; no episode bookkeeping."""
@@ -236,7 +230,8 @@ class ScheduleEnv(gym.Env):
         observation[base + 2] = float(not result.correct)
         observation[base + 3] = float(len(self._steps))
         terminated = len(self._steps) >= self.episode_steps
-        info = {"task_id": self.task.id, "action": list(judged), "cached": cached,
+        self.last_step_cached = cached
+        info = {"task_id": self.task.id, "action": list(judged),
                 "knobs": {k: (v if isinstance(v, (int, str)) else str(v)) for k, v in self._space.values(judged).items()},
                 "result": compact_result(result), "action_mask": self.action_masks()}
         if self.render_mode == "ansi":
