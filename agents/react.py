@@ -194,13 +194,30 @@ class ReactPolicy:
         """The fullest conversation that fits the context budget, or None."""
         room = self.config.context_tokens - chat.sampling.max_new_tokens
         count = len(exchanges)
-        # First shorten more and more of the oldest turns, then drop the oldest (all kept shortened).
+        # From fullest to shortest: shorten more and more of the oldest turns, then drop the oldest
+        # (everything kept shortened). Each step shrinks the prompt, so bisect for the first that fits.
         tries = [(0, shorten) for shorten in range(count + 1)] + [(drop, count - drop) for drop in range(1, count + 1)]
-        for drop, shorten in tries:
+
+        def attempt(index: int) -> list[Message] | None:
+            drop, shorten = tries[index]
             messages = self.messages(system, exchanges, best_turn, shorten=shorten, drop=drop)
-            if chat.count_tokens(messages) <= room:
-                return messages
-        return None
+            return messages if chat.count_tokens(messages) <= room else None
+
+        fitting = attempt(0)
+        if fitting is not None:
+            return fitting
+        low, high = 0, len(tries) - 1  # tries[low] does not fit; find the first that does
+        fitting = attempt(high)
+        if fitting is None:
+            return None
+        while high - low > 1:
+            middle = (low + high) // 2
+            messages = attempt(middle)
+            if messages is None:
+                low = middle
+            else:
+                high, fitting = middle, messages
+        return fitting
 
     # ------------------------------------------------------------------------------- playing
     def play(self, env: Any, chat: ChatBackend, task: Any, *, episode: int = 0, seed: int | None = None) -> Trajectory:

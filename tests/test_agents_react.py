@@ -161,6 +161,7 @@ def test_context_management_keeps_best_candidate_and_latest_feedback_whole(cpu_e
     contents = [m["content"] for m in last]
     assert contents[2] == trajectory.turns[0].reply            # the best candidate's reply, whole
     assert contents[-1] == trajectory.turns[3].observation      # the latest feedback, whole
+    assert contents[-2] == trajectory.turns[3].reply            # room left for the latest reply: whole
     assert any("[feedback shortened to save context]" in c for c in contents)
     assert any("[...]" in c for c in contents if len(c) < 1000)  # an older reply shortened
     assert sum(padding in c for c in contents) < 4               # not every long reply kept whole
