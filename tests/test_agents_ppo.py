@@ -319,3 +319,97 @@ def test_value_pretraining_lowers_value_loss_and_raises_explained_variance(criti
     assert last["explained_variance"] > first["explained_variance"] + ev_gain
     # The policy is frozen during value pretraining.
     assert all(torch.equal(v, policy_before[k]) for k, v in trainer.policy.state_dict().items())
+
+
+# ----------------------------------------------------------------- real rollouts, the menu, the command
+
+def test_one_ppo_update_on_trajectories_from_the_rollout(cpu_evaluator, tmp_path):
+    pytest.importorskip("tokenizers")
+    from agents.llm import SamplingConfig, TransformersChat
+    from agents.react import WORKFLOW_GUIDE
+    from agents.rollout import RolloutConfig, rollout
+    from agents.trajectory import read_trajectories
+    from cuda_gym.tasks import get_task
+
+    from .helpers import GELU_TASK
+    from .test_agents_transformers import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model([WORKFLOW_GUIDE, "#! check\n```python\nclass ModelNew(nn.Module):\n```"])
+    chat = TransformersChat(model, tokenizer, sampling=SamplingConfig(temperature=1.0, max_new_tokens=12))
+    rollout(chat, [get_task(GELU_TASK)], cpu_evaluator, tmp_path / "rollout",
+            RolloutConfig(episodes_per_task=2, max_turns=2, reward_mode="final", concurrency=1), backend="cpu",
+            progress=False)
+    trajectories = read_trajectories(tmp_path / "rollout" / "trajectories.jsonl")
+    assert len(trajectories) == 2 and all(len(t.turns) == 2 for t in trajectories)
+    trainer = PPOTrainer(model, PPOConfig(critic="head", actor_lr=1e-3, critic_lr=1e-3, minibatch_size=4),
+                         tokenizer=tokenizer)
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    metrics = trainer.update(trajectories)
+    # The trainer recomputes the logprobs TransformersChat recorded, from the recorded ids alone.
+    assert metrics["logprob_gap"] < 1e-4
+    assert metrics["mean_reward"] == pytest.approx(sum(t.total_reward for t in trajectories) / 2)
+    assert metrics["tokens"] == sum(len(turn.token_ids) for t in trajectories for turn in t.turns)
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters()))
+
+
+def test_menu_candidates_and_replies():
+    from agents.ppo import menu
+
+    for name in menu.MENU_TASKS:
+        kinds = menu.label_kinds(name)
+        assert sorted(kinds.values()) == sorted(menu.KINDS)
+        sources = {kind: menu.candidate_source(name, kind) for kind in menu.KINDS}
+        assert len(set(sources.values())) == 4
+        assert "omp parallel" in sources["fast"] and "omp parallel" not in sources["slow"]
+    assert menu.parse_reply([menu.LABEL_TOKENS["C"]]) == "C"
+    assert menu.parse_reply([menu.EOS]) is None and menu.parse_reply([menu.LABEL_TOKENS["A"]] * 2) is None
+    assert [t.id for t in menu.load_menu()] == [f"menu/L1/{n}" for n in menu.MENU_TASKS]
+
+
+def test_ppo_learning_benchmark_smoke(cpu_evaluator, tmp_path):
+    """A short run of benchmarks/ppo_learning.py on the real CPU evaluator: both conditions run, the
+    menu's verdicts are the real ones, and the JSON and PNG are written."""
+    pytest.importorskip("matplotlib")
+    from benchmarks.ppo_learning import run
+
+    result = run(tmp_path, updates=2, seeds=(0,), episodes_per_task=4, warmup_batches=1, evaluator=cpu_evaluator,
+                 progress=False)
+    for name in result["menu"]["rewards"]:
+        verdicts = result["menu"]["rewards"][name]
+        assert verdicts["wrong"] == -1.0 and verdicts["broken"] == -1.0
+        assert verdicts["fast"] >= 1.0 and verdicts["slow"] >= 1.0
+    for name in ("ppo", "rft+value+ppo"):
+        (run_,) = result["runs"][name]
+        assert [line["update"] for line in run_["history"]] == [1, 2]
+    rft = result["runs"]["rft+value+ppo"][0]["stages"]
+    assert rft["sampled"]["episodes"] == 12 and rft["rft"]["kept"] + sum(rft["rft"]["rejected"].values()) == 12
+    assert len(list(tmp_path.glob("ppo_learning_cpu_*.json"))) == 1 and len(list(tmp_path.glob("*.png"))) == 1
+
+
+def test_train_command_on_one_menu_task(tmp_path, capsys):
+    from cuda_gym.cli import main
+
+    out = tmp_path / "run"
+    code = main(["train", "--algo", "value,ppo", "--tasks", "menu/L1/hardswish", "--backend", "cpu", "--out", str(out),
+                 "--updates", "2", "--episodes-per-task", "8", "--warmup-batches", "1", "--no-progress",
+                 "--critic", "head"])
+    assert code == 0, capsys.readouterr()
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    import json
+
+    first = json.loads(lines[0])
+    for key in ("update", "mean_reward", "pass_rate", "entropy", "explained_variance", "clip_frac", "approx_kl",
+                "mean_response_tokens", "truncation_share"):
+        assert key in first
+    stages = json.loads((out / "stages.json").read_text())
+    assert stages["stages"] == ["value", "ppo"] and len(stages["value"]["epochs"]) >= 2
+    assert (out / "checkpoints" / "final" / "actor" / "config.json").exists()
+    assert (out / "curves.png").exists() and (out / "trajectories.jsonl").exists()
+    # Nothing is overwritten; bad stages and missing models get a clear error.
+    assert main(["train", "--suite", "menu", "--out", str(out)]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert main(["train", "--algo", "ppo,dance", "--suite", "menu", "--out", str(tmp_path / "x")]) == 2
+    assert "unknown stages" in capsys.readouterr().err
+    assert main(["train", "--suite", "builtin", "--out", str(tmp_path / "y")]) == 2
+    assert "--model DIR" in capsys.readouterr().err

@@ -27,7 +27,7 @@ def add_command(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--model", help="local checkpoint folder (transformers; weights are initialised at random "
                                        "when it holds only config.json and the tokenizer). --suite menu: optional")
     train.add_argument("--suite", help="menu (the CPU toy), builtin, kernelbench, ops6k")
-    train.add_argument("--tasks", help="comma-separated task ids (instead of --suite)")
+    train.add_argument("--tasks", help="comma-separated task ids (instead of --suite; menu/L1/<name> for menu tasks)")
     train.add_argument("--levels", help="with --suite: comma-separated levels")
     train.add_argument("--data-path", help="KernelBench / Ops-6K data (else $CUDA_GYM_KERNELBENCH / $CUDA_GYM_OPS6K)")
     train.add_argument("--out", required=True, help="output directory (must not hold metrics.jsonl already)")
@@ -76,7 +76,8 @@ def run_train(args: argparse.Namespace) -> int:
         return _error(f"{out / 'metrics.jsonl'} exists; choose a new --out directory (nothing is overwritten)")
     if args.trajectories and not Path(args.trajectories).exists():
         return _error(f"--trajectories {args.trajectories} does not exist")
-    if args.suite == "menu":
+    menu_tasks = args.tasks and all(t.strip().startswith("menu/") for t in args.tasks.split(",") if t.strip())
+    if args.suite == "menu" or menu_tasks:
         return _train_menu(args, stages, out)
     return _train_llm(args, stages, out)
 
@@ -111,8 +112,14 @@ def _train_menu(args, stages, out: Path) -> int:
         policy = menu.tiny_policy(args.seed)
     policy.to(device)
     episodes = args.episodes_per_task or 16
+    names = None
+    if args.tasks:
+        names = [t.strip().rsplit("/", 1)[-1] for t in args.tasks.split(",") if t.strip()]
+        unknown = [n for n in names if n not in menu.MENU_TASKS]
+        if unknown:
+            return _error(f"unknown menu tasks {unknown}; the menu has {', '.join(f'menu/L1/{n}' for n in menu.MENU_TASKS)}")
     with Evaluator(args.backend, config) as evaluator:
-        board = menu.MenuEnv(evaluator, backend=args.backend, seed=args.seed)
+        board = menu.MenuEnv(evaluator, names, backend=args.backend, seed=args.seed)
         try:
             rewards = board.judge_all()
             print(f"menu rewards (judged once each): {rewards}; best mean reward {board.best_mean_reward():.2f}")
