@@ -103,3 +103,24 @@ def test_greedy_decoding_and_from_pretrained(tmp_path):
     tokenizer.chat_template = None
     with pytest.raises(ValueError, match="no chat_template"):
         TransformersChat(model, tokenizer)
+
+
+def test_cuda_gym_agent_with_a_local_checkpoint(tmp_path, monkeypatch, cache_dir):
+    from agents.trajectory import read_trajectories
+    from cuda_gym.cli import main
+
+    monkeypatch.setenv("CUDA_GYM_CACHE", cache_dir)
+    model, tokenizer = tiny_chat_model(["#! check\n```python\nclass ModelNew(nn.Module):\n```"] * 4, vocab_size=300)
+    model.save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    out = tmp_path / "run"
+    code = main(["agent", "--checkpoint", str(tmp_path / "ckpt"), "--device", "cpu", "--tasks", GELU_TASK,
+                 "--backend", "cpu", "--max-turns", "2", "--max-new-tokens", "8", "--out", str(out), "--no-progress"])
+    assert code == 0
+    (trajectory,) = read_trajectories(out / "trajectories.jsonl")
+    assert (trajectory.backend, trajectory.model, trajectory.end_reason) == ("transformers", str(tmp_path / "ckpt"),
+                                                                             "max_turns")
+    assert all(len(t.token_ids) == len(t.logprobs) > 0 and t.prompt_token_ids for t in trajectory.turns)
+    assert (out / "summary.json").exists()
+    assert main(["agent", "--checkpoint", str(tmp_path / "nowhere"), "--tasks", GELU_TASK, "--backend", "cpu",
+                 "--out", str(tmp_path / "other")]) == 2
