@@ -19,7 +19,8 @@ def add_command(commands: argparse._SubParsersAction) -> None:
                     "(CUDA Agent's best-of-trajectory protocol). See docs/agents.md.")
     model = agent.add_argument_group("model")
     model.add_argument("--base-url", help="OpenAI-compatible API root, e.g. http://localhost:8000/v1")
-    model.add_argument("--model", help="model name as the server knows it (for --checkpoint: a label)")
+    model.add_argument("--model", help="model name as the server knows it (with --checkpoint: the name to "
+                                       "record, default the path)")
     model.add_argument("--api-key", help="API key (default: $OPENAI_API_KEY, else 'EMPTY' for local servers)")
     model.add_argument("--checkpoint", help="local transformers checkpoint folder (instead of --base-url)")
     model.add_argument("--device", default="auto", help="--checkpoint: auto, cpu, cuda or cuda:N (default auto)")
@@ -95,7 +96,7 @@ def _chat_backend(args: argparse.Namespace):
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
     if args.checkpoint:
         return TransformersChat.from_pretrained(args.checkpoint, device=args.device, dtype=args.dtype,
-                                                sampling=sampling)
+                                                sampling=sampling, model_name=args.model)
     return OpenAIChat(args.base_url, args.model, api_key=args.api_key, sampling=sampling, timeout_s=args.timeout,
                       retries=args.retries, logprobs=not args.no_logprobs, return_token_ids=args.return_token_ids)
 

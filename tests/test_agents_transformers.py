@@ -114,12 +114,12 @@ def test_cuda_gym_agent_with_a_local_checkpoint(tmp_path, monkeypatch, cache_dir
     model.save_pretrained(tmp_path / "ckpt")
     tokenizer.save_pretrained(tmp_path / "ckpt")
     out = tmp_path / "run"
-    code = main(["agent", "--checkpoint", str(tmp_path / "ckpt"), "--device", "cpu", "--tasks", GELU_TASK,
+    code = main(["agent", "--checkpoint", str(tmp_path / "ckpt"), "--model", "tiny-sft", "--device", "cpu",
+                 "--tasks", GELU_TASK,
                  "--backend", "cpu", "--max-turns", "2", "--max-new-tokens", "8", "--out", str(out), "--no-progress"])
     assert code == 0
     (trajectory,) = read_trajectories(out / "trajectories.jsonl")
-    assert (trajectory.backend, trajectory.model, trajectory.end_reason) == ("transformers", str(tmp_path / "ckpt"),
-                                                                             "max_turns")
+    assert (trajectory.backend, trajectory.model, trajectory.end_reason) == ("transformers", "tiny-sft", "max_turns")
     assert all(len(t.token_ids) == len(t.logprobs) > 0 and t.prompt_token_ids for t in trajectory.turns)
     assert (out / "summary.json").exists()
     assert main(["agent", "--checkpoint", str(tmp_path / "nowhere"), "--tasks", GELU_TASK, "--backend", "cpu",

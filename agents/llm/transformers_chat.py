@@ -47,11 +47,12 @@ class TransformersChat(ChatBackend):
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto",
-                        sampling: SamplingConfig | None = None) -> "TransformersChat":
+                        sampling: SamplingConfig | None = None, model_name: str | None = None) -> "TransformersChat":
         """Load a local checkpoint folder (config, weights, tokenizer with a chat template).
 
         device: "auto" (cuda when available, else cpu), "cpu", "cuda" or "cuda:N". dtype: "auto"
-        (the checkpoint's), "float32", "bfloat16" or "float16".
+        (the checkpoint's), "float32", "bfloat16" or "float16". model_name: the name recorded in
+        trajectories (default: the path).
         """
         path = os.fspath(path)
         if not os.path.isdir(path):
@@ -68,7 +69,7 @@ class TransformersChat(ChatBackend):
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True).to(device)
         model.eval()
-        return cls(model, tokenizer, sampling=sampling, model_name=path)
+        return cls(model, tokenizer, sampling=sampling, model_name=model_name or path)
 
     def _prompt_ids(self, messages: list[Message]) -> list[int]:
         encoded = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
