@@ -148,8 +148,7 @@ def _train_llm(args, stages, out: Path) -> int:
     from ..llm.base import SamplingConfig
     from ..llm.transformers_chat import TransformersChat
     from ..react import ReactConfig
-    from ..rollout import RolloutConfig, rollout
-    from ..trajectory import read_trajectories
+    from ..rollout import RolloutConfig
     from .config import PPOConfig
     from .pipeline import run_stages
 
@@ -173,24 +172,36 @@ def _train_llm(args, stages, out: Path) -> int:
                                    reward_mode="final" if config.reward_placement == "outcome" else "per_step",
                                    react=ReactConfig(context_tokens=context))
     with Evaluator(args.backend, evaluator_config(args)) as evaluator:
-
-        def collect(tag: str):
-            folder = out / "rollouts" / tag
-            rollout(chat, tasks, evaluator, folder, rollout_config, backend=args.backend, progress=not args.no_progress)
-            played = read_trajectories(folder / "trajectories.jsonl")
-            trainable = [t for t in played if t.turns and all(turn.token_ids for turn in t.turns)]
-            if len(trainable) < len(played):
-                print(f"note: {len(played) - len(trainable)} of {len(played)} episodes in {folder} have a turn "
-                      "without generated tokens (a backend or environment error); they are kept there and left "
-                      "out of training")
-            return trainable
-
+        collect = rollout_collector(chat, tasks, evaluator, out, rollout_config, backend=args.backend,
+                                    progress=not args.no_progress)
         summary = run_stages(policy, collect, stages, out, ppo_config=config, updates=args.updates or 10,
                              trajectories=args.trajectories, warmup_batches=args.warmup_batches or 1,
                              tokenizer=tokenizer, plot_title=f"{args.model}, {'+'.join(stages)}",
                              progress=not args.no_progress)
     _print_summary(summary, out)
     return 0
+
+
+def rollout_collector(chat, tasks, evaluator, out: Path, rollout_config, *, backend: str = "auto",
+                      progress: bool = True):
+    """`collect(tag)` for `run_stages`: one `agents.rollout.rollout` of `tasks` into
+    `out/rollouts/<tag>/` (its trajectories.jsonl and summary.json), returning the trajectories PPO
+    can train on. An episode with a turn that generated nothing (a backend or environment error) stays
+    in that folder and is left out, with a note."""
+    from ..rollout import rollout
+    from ..trajectory import read_trajectories
+
+    def collect(tag: str):
+        folder = Path(out) / "rollouts" / tag
+        rollout(chat, tasks, evaluator, folder, rollout_config, backend=backend, progress=progress)
+        played = read_trajectories(folder / "trajectories.jsonl")
+        trainable = [t for t in played if t.turns and all(turn.token_ids for turn in t.turns)]
+        if len(trainable) < len(played):
+            print(f"note: {len(played) - len(trainable)} of {len(played)} episodes in {folder} have a turn without "
+                  "generated tokens (a backend or environment error); they are kept there and left out of training")
+        return trainable
+
+    return collect
 
 
 def load_model(path: str, device):
