@@ -262,6 +262,31 @@ def test_constants_made_and_moved_before_the_kernel_pass(lib):
     assert recorder.constant_ops["aten::_to_copy"] == 3
 
 
+def test_constants_made_and_moved_inside_an_extension_call_pass():
+    """KernelBench's load_inline form makes and moves constants in the extension's C++ (torch::zeros,
+    .to(device)) during the call: a stand-in module whose function does the same through the same
+    dispatcher, wrapped as the worker wraps load_inline modules."""
+    def forward_in_cpp(x):
+        l = torch.zeros(2, dtype=torch.float64).to(x.device).to(torch.float32)  # as the C++ would
+        m = torch.full((2,), -math.inf).to(torch.float64)
+        return torch.empty_like(x), l, m
+
+    extension = guard._CountingModule(type("Extension", (), {"forward": staticmethod(forward_in_cpp)}))
+
+    def fn(self, x):
+        early = torch.ones(2)
+        out, l, m = extension.forward(x)
+        return out, l.to(torch.float64), early.to(torch.float64)  # back in Python: nothing is a constant
+
+    recorder = record(fn)
+    assert recorder.constant_ops["aten::_to_copy"] == 2  # the two inside the call (.to(x.device) is a no-op here)
+    assert forbidden(recorder) == [
+        "aten::_to_copy on input 0 (task data: a constant made before a call into native code returned)",  # l
+        "aten::_to_copy on input 0 (task data: a constant made before a call into native code)",  # early
+    ], forbidden(recorder)
+    assert guard._inside_extension == [0]
+
+
 # ----------------------------------------------------------------- the profiler cross-check
 def test_hidden_op_is_reported_even_when_the_same_op_ran_on_a_constant():
     def fn(self, x):
@@ -340,8 +365,10 @@ def guard_header_task(path: Path) -> str:
 
 
 @pytest.mark.gpu
-def test_cuda_kernel_with_constant_device_moves_is_accepted(cuda_evaluator):
-    result = cuda_evaluator.evaluate(attention_task(), (CANDIDATES / "cuda_attention_constants.py").read_text(),
-                                     backend="cuda")
+@pytest.mark.parametrize("name", ["cuda_attention_constants", "cuda_attention_load_inline"])
+def test_cuda_kernel_with_constant_device_moves_is_accepted(cuda_evaluator, name):
+    """Native form (constants made and moved in Python) and load_inline form (made and moved in the
+    extension's C++, as in KernelBench's few-shot flash-attention example)."""
+    result = cuda_evaluator.evaluate(attention_task(), (CANDIDATES / f"{name}.py").read_text(), backend="cuda")
     assert result.error_code is ErrorCode.OK, f"{result.error_code}: {result.message}"
     assert result.forbidden_ops == []
