@@ -26,8 +26,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cuda_gym.envs.prompt import COMMANDS
-
 from .llm.base import BackendError, ChatBackend, Message
 from .trajectory import Trajectory, Turn
 
@@ -285,5 +283,5 @@ class ReactPolicy:
         return trajectory
 
 
-__all__ = ["COMMANDS", "ParsedReply", "ReactConfig", "ReactPolicy", "START_MESSAGE", "WORKFLOW_GUIDE", "action_for",
+__all__ = ["ParsedReply", "ReactConfig", "ReactPolicy", "START_MESSAGE", "WORKFLOW_GUIDE", "action_for",
            "parse_reply"]
