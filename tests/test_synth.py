@@ -87,8 +87,9 @@ def test_build_plan_refuses_bad_plans_with_reasons():
         plan([("conv2d", {"kernel_size": 7})], "image")
     with pytest.raises(PlanError, match="does not apply"):
         plan([("conv2d", {})], "features")
-    with pytest.raises(PlanError, match="only be the last operator"):
-        plan([("argmax", {}), ("relu", {})], "features")
+    with pytest.raises(PlanError, match="only be the first operator"):
+        plan([("relu", {}), ("hardshrink", {})], "features")
+    assert plan([("hardshrink", {}), ("relu", {})], "features").ops == ["hardshrink", "relu"]
     with pytest.raises(PlanError, match="no parameter"):
         plan([("relu", {"kernel_size": 3})], "features")
 
@@ -260,3 +261,16 @@ def test_llm_composer_builds_the_model_plan_and_retries_once():
         composer.compose(1)
     with pytest.raises(PlanError, match="chat backend failed"):
         composer.compose(2)  # the script ran out: BackendError
+
+
+@pytest.mark.gpu
+def test_pipeline_cuda_keeps_tasks_in_the_window(tmp_path, small_kernelbench):
+    config = SynthConfig(n=8, backend="cuda", seed=1, compile_check=2, workers=2, kernelbench=str(small_kernelbench),
+                         include_transformers=False, progress=False)
+    result = synthesize(config)
+    assert result.funnel["compile_checked"] == 2
+    assert len(result.tasks) >= 6, result.funnel_rows()
+    for task in result.tasks:
+        assert 1.0 <= task.eager_ms <= 100.0
+    out = write_result(result, tmp_path / "synth")
+    assert len(load_suite("synth", data_path=out)) == len(result.tasks)

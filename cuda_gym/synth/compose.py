@@ -170,8 +170,8 @@ def build_plan(catalogue: dict[str, SeedOp], ops: Sequence[tuple[str, dict[str, 
         op = catalogue.get(name)
         if op is None:
             raise PlanError(f"unknown operator {name!r} (see the seed catalogue: cuda-gym synth --list-ops)")
-        if op.final_only and position != len(ops) - 1:
-            raise PlanError(f"{name} gives integer indices: it can only be the last operator")
+        if op.raw_input_only and position != 0:
+            raise PlanError(f"{name} is discontinuous: it can only be the first operator (on the raw input)")
         trial = dict(constants)
         ctx = OpContext(rng, trial, params)
         step = op.apply(ctx, shape, layout)
@@ -193,8 +193,8 @@ def build_plan(catalogue: dict[str, SeedOp], ops: Sequence[tuple[str, dict[str, 
 
 class RuleComposer:
     """Draws chains of seed operators: the op count from `op_count_weights`, the input kind, then
-    each op among those that accept the current shape (weighted, no op twice in a row, integer-
-    valued ops last). `compose(index)` is deterministic in (seed, index)."""
+    each op among those that accept the current shape (weighted, no op twice in a row,
+    discontinuous ones first). `compose(index)` is deterministic in (seed, index)."""
 
     name = "rule"
 
@@ -237,9 +237,8 @@ class RuleComposer:
         steps: list[Step] = []
         heavy = 0
         for position in range(count):
-            last = position == count - 1
             pool = [op for op in self.catalogue.values()
-                    if (not chosen or op.name != chosen[-1]) and (last or not op.final_only)
+                    if (not chosen or op.name != chosen[-1]) and (position == 0 or not op.raw_input_only)
                     and (op.family not in HEAVY_FAMILIES or heavy < self.config.max_heavy)]
             if position == 0 and rng.random() < self.config.heavy_first:
                 pool = [op for op in pool if op.family in HEAVY_FAMILIES] or pool

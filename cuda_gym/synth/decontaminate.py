@@ -12,9 +12,6 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from pathlib import Path
-
-from ..tasks.kernelbench import ENV_VAR as KERNELBENCH_ENV_VAR
 from ..tasks.task import Task
 from .fingerprint import model_tokens, operator_signature, sequence_similarity
 
@@ -88,8 +85,3 @@ class KernelBenchIndex:
         if best_ast is not None:
             return Match("ast", best_ast[1], round(best_ast[0], 4), signature)
         return None
-
-
-def default_kernelbench_path() -> Path | None:
-    raw = os.environ.get(KERNELBENCH_ENV_VAR)
-    return Path(raw) if raw else None

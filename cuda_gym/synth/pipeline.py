@@ -49,6 +49,8 @@ class SynthConfig:
 
     n: tasks wanted. backend: where the execution filter runs ("cuda" or "cpu"); the other backend's
     sizes come from the cost model only. max_candidates: candidates drawn at most (default 4 * n).
+    composer / include_transformers: the rule composer's settings and whether transformers' modules
+    join the seed catalogue (default: when installed); both unused when `synthesize` gets a composer.
     kernelbench: KernelBench data for decontamination (default $CUDA_GYM_KERNELBENCH);
     decontaminate=False skips it (the report then says so). compile_check: "all", or how many of the
     kept tasks (a seeded sample) must also pass under torch.compile; 0 skips it. window_ms: the
