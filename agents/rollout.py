@@ -44,13 +44,16 @@ SUMMARY_FILE = "summary.json"
 class RolloutConfig:
     """How episodes are played. max_turns: the environment's turn budget per episode (CUDA Agent
     plays up to 150 turns in training and 200 in evaluation; each turn costs an evaluation).
-    concurrency: episodes in flight at once (the model generates for one while another is judged)."""
+    concurrency: episodes in flight at once (the model generates for one while another is judged).
+    seed: episode e resets its environment with `reset(seed=seed + e)` (Gymnasium seeding; KernelEnv
+    uses its RNG only to draw a task, and rollout names the task, so it changes nothing there)."""
 
     episodes_per_task: int = 1
     concurrency: int = 4
     max_turns: int = 8
     reward: str = "milestone"
     reward_mode: str = "per_step"
+    seed: int = 0
     react: ReactConfig = field(default_factory=ReactConfig)
 
 
@@ -86,7 +89,7 @@ def rollout(chat: ChatBackend, tasks: Iterable[Any], evaluator: Any, out_dir: st
         try:
             env = KernelEnv(backend=backend, evaluator=evaluator, max_turns=config.max_turns, reward=config.reward,
                             reward_mode=config.reward_mode)
-            return policy.play(env, chat, task, episode=episode)
+            return policy.play(env, chat, task, episode=episode, seed=config.seed + episode)
         except Exception as exc:  # the environment could not start the episode: still one record per episode
             return Trajectory(task_id=task.id, level=int(task.level), episode=episode, backend=chat.name,
                               model=chat.model, end_reason="env_error", error=f"{type(exc).__name__}: {exc}",
