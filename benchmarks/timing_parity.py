@@ -57,33 +57,32 @@ if backend == "cuda":
     timing.prepare_hold()
 worker._set_precision("fp32")
 setup = worker._TaskSetup(job, backend)
-measure("init (no profiler)")
-if backend == "cuda":
-    warm = torch.ones(1024, device="cuda")
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
-        warm.add_(1.0)
-        torch.cuda.synchronize()
-    measure("+ CUDA profiler once (every worker's init: the baseline worker's state)")
+setup.prepare_trials(lambda index, outputs: None)
+setup.prepare_timing_sets()
+measure("init, as every worker now (no profiler)")
 measure("baseline style, eval inputs (variants + probe)", eval_style=True)
 guard.prescan_code()
-measure("+ prescan_code (gc.freeze)", eval_style=True)
 guard.count_native_calls()
 tamper = guard.TamperCheck(backend, "permissive")
-measure("+ TamperCheck armed (audit hook)", eval_style=True)
-inputs = [worker._clone(v) for v in setup.trials[0].inputs]
-recorder = guard.OpRecorder()
-profiler = None
-if backend == "cuda":
-    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
-    profiler.__enter__()
-with torch.no_grad(), recorder:
-    setup.model(*inputs)
-worker._sync(backend)
-if profiler is not None:
-    profiler.__exit__(None, None, None)
-measure("+ trial 0 (op recorder, CUDA profiler)", eval_style=True)
-measure("+ audit of warm-ups and a quarter of repeats (the eval worker's state)", eval_style=True,
+measure("+ prescan_code, TamperCheck armed (audit hook)", eval_style=True)
+measure("+ audits by the dispatch mode alone (the eval worker's timing now)", eval_style=True,
         audit=worker._Audit("permissive"))
+measure("baseline style, after those audits")
+def recorded_forwards(cross_check):
+    for index in range(5):
+        inputs = [worker._clone(v) for v in setup.timing_sets[0]]
+        with torch.no_grad(), guard.OpRecorder(cross_check=cross_check):
+            setup.model(*inputs)
+        worker._sync(backend)
+recorded_forwards(False)
+measure("+ 5 forwards under the recorder's mode alone", eval_style=True)
+recorded_forwards(True)
+measure("+ 5 forwards under the full recorder (all-threads profiler): the trials", eval_style=True)
+if backend == "cuda":
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+        setup.model(*[worker._clone(v) for v in setup.timing_sets[0]])
+        torch.cuda.synchronize()
+    measure("+ a CUDA profiler session (the kernel check)", eval_style=True)
 measure("baseline style again, same process")
 print(json.dumps({"task_id": task.id, "steps": rows, "tampered": tamper.changes()}))
 '''
@@ -137,7 +136,7 @@ def main() -> None:
             row = steps_for(task_id, args.backend)
             payload["steps"].append(row)
             out.write_text(json.dumps(payload, indent=1))
-            base = next((s["median_ms"] for s in row.get("steps", []) if s["step"].startswith("+ CUDA")), None)
+            base = next((s["median_ms"] for s in row.get("steps", [])), None)
             print(f"{task_id} ({time.time() - started:.0f} s)" + (f": {row['error'][-300:]}" if "error" in row else ""))
             for step in row.get("steps", []):
                 ratio = f"x{step['median_ms'] / base:.2f}" if base else ""

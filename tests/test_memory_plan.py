@@ -23,7 +23,7 @@ def test_everything_resident_when_it_fits():
 
 
 def test_a_tight_budget_keeps_fewer_draws_resident():
-    # 8 GiB of inputs and 8 GiB of output, as KernelBench's 39_L2Norm_, on a 72 GiB budget.
+    # 8 GiB of inputs and 8 GiB of output, as KernelBench's 39_L2Norm_, on a 72 GiB budget (plan arithmetic only).
     gib = 2**30
     plan = plan_memory(input_bytes=8 * gib, output_bytes=8 * gib, reference_extra_bytes=0, used_bytes=8 * gib,
                        budget_bytes=72 * gib, trials=5, timing_sets=3, min_slack_bytes=256 * MIB)

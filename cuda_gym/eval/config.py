@@ -42,8 +42,9 @@ class EvalConfig:
     cpu_threads: int | None = None  # torch threads in CPU workers; None = all cores
     cpu_memory_limit_gb: float | None = 16.0  # address-space cap for CPU workers
     # What one evaluation may hold on the device (the memory plan's budget, cuda_gym/eval/memory.py),
-    # at most what is free: 72 GiB keeps the peak under 80 GiB, so a plan made here fits an 80 GB card.
-    device_memory_gb: float | None = 72.0
+    # at most what is free. 64 GiB leaves room for what the plan cannot see (cuDNN workspaces, the
+    # allocator's rounding), so the peak stays under 80 GiB and a plan made here fits an 80 GB card.
+    device_memory_gb: float | None = 64.0
     max_output_mb: float = 64.0  # cap on a worker's stdout/stderr file
     max_log_chars: int = 4000
     seed: int = 0

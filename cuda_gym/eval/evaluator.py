@@ -463,7 +463,7 @@ class _Judgement:
         if message.kind == "reference":
             return self._on_reference(message)
         if message.kind == "loaded":
-            self.stage = "the correctness trials"
+            self.stage = "timing"
             return True
         if message.kind == "trial":
             return self._on_trial(message)
@@ -471,8 +471,10 @@ class _Judgement:
             return self._on_checks(meta)
         if message.kind == "timing":
             self.timing = meta
-            if "peak_gib" in meta:
-                self.result.device_memory["peak_gib"] = float(meta["peak_gib"])
+            self.stage = "the correctness trials"
+            return True
+        if message.kind == "memory":
+            self.result.device_memory["peak_gib"] = float(meta.get("peak_gib", 0.0))
             return True
         if message.kind == "kernels":
             self.kernels = meta
@@ -557,7 +559,7 @@ class _Judgement:
 
     def _on_checks(self, meta: dict[str, Any]) -> bool:
         self.checks = meta
-        self.stage = "timing"
+        self.stage = "the kernel check"
         self.result.flags += list(meta.get("flags", []))
         forbidden = meta.get("forbidden_ops") or {}
         self.result.forbidden_ops = sorted(forbidden)

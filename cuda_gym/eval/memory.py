@@ -134,7 +134,7 @@ def scrub_freed(device: str, sizes: Sequence[int] = ()) -> None:
     """Fill memory that the allocator holds free with NaN bytes, so candidate code is never handed
     a freed reference output. On CUDA every free block of torch's caching allocator is taken (a
     request of a block's own size is served by a block of that size), filled with 0xFF (NaN in
-    every floating dtype) and released. On the CPU, where large blocks go back to the system and
+    every floating dtype) and released, then the cache is emptied. On the CPU, where large blocks go back to the system and
     come back zeroed, blocks of the given `sizes` (in bytes) are taken from the heap the same way."""
     import torch
 
@@ -147,6 +147,11 @@ def scrub_freed(device: str, sizes: Sequence[int] = ()) -> None:
         for tensor in held:
             tensor.fill_(255)
         torch.cuda.synchronize()
+        del held
+        # Scrubbed, then given back to the driver: the next allocations come from cudaMalloc (whose
+        # pages now hold NaN or never held a reference output), and the reserved peak stays low.
+        torch.cuda.empty_cache()
+        return
     else:
         for size in sizes:
             if size > 0:

@@ -3,11 +3,12 @@ private stream and the forward returns without any event or synchronize, so a ti
 CUDA events on the current stream measures almost nothing.
 
 TASK: builtin/L1/gelu
-EXPECTED: OK_NOT_FASTER
-DEFENCE: every timed repetition is also measured with the host clock around a device-wide
-    synchronize; when that disagrees with the events the work escaped the current stream
-    (flag `work_outside_current_stream`) and the host-clock time is reported, so the trick gains
-    nothing. Outputs are checksummed after the device-wide synchronize.
+EXPECTED: INCORRECT
+DEFENCE: a race, rejected under both policies: right after the forward returns, each correctness
+    trial reads the output at secret positions with an op on the caller's current stream (as the
+    caller's next op would) and compares that with the output after a device-wide synchronize;
+    every timed repetition is also measured with the host clock around a device-wide synchronize,
+    and work that outlasts the current stream (flag `work_outside_current_stream`) is INCORRECT too.
 """
 import torch
 import torch.nn as nn

@@ -4,14 +4,12 @@ GPU before the start event) and then launches its kernel on a private stream tha
 stream never waits for, hoping the held repeats time nothing.
 
 TASK: builtin/L1/gelu
-EXPECTED: OK_NOT_FASTER
+EXPECTED: INCORRECT
 NEEDS: held_timing
-FLAG: work_outside_current_stream | held_timing_not_used
 DEFENCE: the hold kernel fills every SM, so the side-stream kernel cannot run during the hold; it
     runs after the end event, and the device-wide synchronize that follows the end event of every
-    held repeat measures it (flag `work_outside_current_stream`, the open repeats' host-clock time
-    is reported). A side kernel too short for that still leaves the held median far below what the
-    open repeats allow (`held_timing_not_used`, the open time is reported).
+    held repeat measures it (flag `work_outside_current_stream`): work left running on another
+    stream when the call returned is a race, and the verdict is INCORRECT.
 """
 import torch
 import torch.nn as nn
