@@ -257,6 +257,20 @@ _REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "prod
 _VIEWS = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "contiguous", "view_as", "reshape_as"}
 
 
+def _attr_ref(target: str) -> str:
+    """The Python expression in ModelNew.forward for a submodule or tensor path: "net.0.weight" ->
+    "self.net[0].weight" (Sequential / ModuleList items), other non-identifiers through getattr."""
+    ref = "self"
+    for part in target.split("."):
+        if part.isdigit():
+            ref += f"[{part}]"
+        elif part.isidentifier():
+            ref += f".{part}"
+        else:
+            ref = f"getattr({ref}, {part!r})"
+    return ref
+
+
 def _name_of(target: Any) -> str:
     if isinstance(target, str):
         return target
@@ -302,7 +316,7 @@ class _Tracer:
             raise Unsupported(f"attribute {target} is not a tensor")
         if obj.dtype != torch.float32:
             raise Unsupported(f"parameter {target} is {obj.dtype}, the templates are fp32")
-        return self._leaf(Buffer(f"self.{target}", tuple(obj.shape), kind="param"))
+        return self._leaf(Buffer(_attr_ref(target), tuple(obj.shape), kind="param"))
 
     def materialise(self, value: _Value) -> Buffer:
         """The value as a contiguous buffer, adding an elementwise stage or finishing its producer's epilogue."""
@@ -468,7 +482,7 @@ class _Tracer:
     def _module(self, node: Any, module: Any, args: list, out_shape: tuple | None) -> Any:
         import torch.nn as nn
 
-        prefix = f"self.{node.target}"
+        prefix = _attr_ref(node.target)
         x = args[0] if args else None
         if isinstance(module, (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.Identity)):
             return x
@@ -992,6 +1006,8 @@ class KnobSpace:
     def for_plan(cls, plan: Plan | None, backend: str | None = None) -> "KnobSpace":
         knobs = knobs_for(plan.backend if plan is not None else backend)
         kinds = set(plan.stage_kinds) if plan is not None else set()
+        if plan is not None and any(s.epilogue != V for s in plan.stages if s.kind != "elementwise"):
+            kinds.add("elementwise")  # with fuse_epilogue=0 the epilogues run as elementwise passes
         masks = []
         for knob in knobs:
             if not kinds.intersection(knob.applies_to):

@@ -3,7 +3,8 @@
 // The input x is viewed as [outer, R, inner] (contiguous): the reduced axis has length R and stride
 // `inner`. Two layouts, picked by the launcher:
 //   inner == 1  one block per row: BLOCK threads stride over the row with V-wide loads, warp-shuffle
-//               + shared-memory tree for the block result;
+//               + shared-memory tree for the block result (a few long rows are split over many
+//               blocks and reduced in two passes, see cg_reduce);
 //   inner  > 1  one thread per (outer, inner) column walking R, so a warp reads consecutive addresses.
 //
 // cg_reduce<KIND>: y[o, j] = E(reduce_r x[o, r, j], o * inner + j), KIND one of
@@ -126,11 +127,44 @@ static inline unsigned cg_grid(int64_t work, int64_t per_block) {
     return (unsigned)(blocks < 1 ? 1 : blocks);
 }
 
+// Split rows: block (c, o) reduces x[o, c*chunk : (c+1)*chunk) into partial[o * chunks + c].
+template <int BLOCK, int V, int KIND>
+__global__ void __launch_bounds__(BLOCK) cg_reduce_chunks(const float* __restrict__ x, float* __restrict__ partial,
+                                                          int64_t R, int64_t chunk) {
+    const int64_t o = blockIdx.y, c = blockIdx.x, start = c * chunk;
+    const int64_t len = R - start < chunk ? R - start : chunk;
+    const float v = cg_row_pass<BLOCK, V, KIND>(x + o * R + start, len, CgPlain{});
+    if (threadIdx.x == 0) partial[o * gridDim.x + c] = v;
+}
+
+// Few long rows (fewer than CG_SPLIT_ROWS rows of at least CG_SPLIT_LEN): each row is cut into chunks
+// reduced by separate blocks into a stream-ordered scratch buffer, then a second pass reduces the
+// partials and applies the epilogue (not for logsumexp, whose partials would need a shared shift).
+#define CG_SPLIT_ROWS 256
+#define CG_SPLIT_LEN 65536
+
 template <int BLOCK, int V, int KIND, class E>
 int cg_reduce(const float* x, float* y, int64_t outer, int64_t R, int64_t inner, const E& e, cudaStream_t stream) {
     if (outer * inner <= 0) return 0;
     if (inner == 1) {
         if (V > 1 && (R % V != 0 || !cg_aligned({x}, 4 * V))) return cg_reduce<BLOCK, 1, KIND, E>(x, y, outer, R, inner, e, stream);
+        if (KIND != CG_LOGSUMEXP && outer < CG_SPLIT_ROWS && R >= CG_SPLIT_LEN) {
+            int64_t chunks = 1024 / outer;
+            const int64_t unit = (int64_t)BLOCK * V * 4;
+            if (chunks > R / unit) chunks = R / unit;
+            if (chunks > 1) {
+                const int64_t chunk = ((R + chunks - 1) / chunks + unit - 1) / unit * unit;  // a multiple of V
+                chunks = (R + chunk - 1) / chunk;
+                float* partial = nullptr;
+                cudaError_t status = cudaMallocAsync(reinterpret_cast<void**>(&partial), sizeof(float) * outer * chunks, stream);
+                if (status != cudaSuccess) return (int)status;
+                cg_reduce_chunks<BLOCK, V, KIND><<<dim3((unsigned)chunks, (unsigned)outer), BLOCK, 0, stream>>>(x, partial, R, chunk);
+                cg_reduce_rows<BLOCK, 1, KIND, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(partial, y, outer, chunks, e);
+                status = cudaGetLastError();
+                const cudaError_t freed = cudaFreeAsync(partial, stream);
+                return (int)(status != cudaSuccess ? status : freed);
+            }
+        }
         cg_reduce_rows<BLOCK, V, KIND, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(x, y, outer, R, e);
     } else {
         cg_reduce_cols<BLOCK, KIND, E><<<cg_grid(outer * inner, BLOCK), BLOCK, 0, stream>>>(x, y, outer, R, inner, e);

@@ -1,0 +1,188 @@
+"""The template agent: broadcasting and expressions, the fx matcher on built-in and KernelBench
+references, the rendered candidates' correctness on the CPU backend (one task per template kind), the
+knob masks, and `cuda-gym solve`'s summary."""
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from agents import template_cli
+from agents.template_agent import (CPU_KNOBS, CUDA_KNOBS, KnobSpace, TemplateAgent, Unsupported, broadcast_terms,
+                                   expr_to_c, plan_task, render_candidate, render_kernels, template_dir)
+from cuda_gym.tasks import get_task, load_suite
+
+KERNELBENCH = os.environ.get("CUDA_GYM_KERNELBENCH") or "/work/shared/data/kernelbench"
+
+
+def _kernelbench_tasks(levels):
+    if not Path(KERNELBENCH).exists():
+        pytest.skip(f"KernelBench data not found at {KERNELBENCH} (set $CUDA_GYM_KERNELBENCH)")
+    return {t.id: t for t in load_suite("kernelbench", levels=levels, data_path=KERNELBENCH)}
+
+
+def test_broadcast_terms():
+    assert broadcast_terms((4, 8), (4, 8)) == [(1, 32, 1)]                 # full
+    assert broadcast_terms((8,), (4, 8)) == [(1, 8, 1)]                    # row vector
+    assert broadcast_terms((3, 1, 1), (2, 3, 5, 5)) == [(25, 3, 1)]        # per channel
+    assert broadcast_terms((1,), (2, 3)) == []                             # scalar
+    assert broadcast_terms((2, 1, 5), (2, 3, 5)) == [(15, 2, 5), (1, 5, 1)]  # broadcast in the middle
+    with pytest.raises(Unsupported):
+        broadcast_terms((4,), (2, 3))
+
+
+def test_expressions_render_to_c():
+    expr = ("f", "mul", ("f", "gelu", ("v",)), ("f", "add", ("op", 0), ("c", 0.5)))
+    assert expr_to_c(expr, ["a0"]) == "(cg_gelu(v) * (a0 + 0.5f))"
+    assert expr_to_c(("f", "clamp", ("v",), ("c", float("-inf")), ("c", 1.0)), []) == "cg_clamp(v, (-INFINITY), 1.0f)"
+
+
+def test_templates_are_found_and_document_their_knobs():
+    folder = template_dir()
+    for name in ("common.h", "elementwise.cuh", "elementwise.hpp", "reduce.cuh", "reduce.hpp", "gemm.cuh", "gemm.hpp",
+                 "gemm_cublas.cuh", "conv.cuh", "conv.hpp"):
+        text = (folder / name).read_text()
+        assert text.startswith("//") and ("Knobs" in text or name == "common.h"), name
+
+
+BUILTIN_PLANS = {
+    "builtin/L1/gelu": ["elementwise"],
+    "builtin/L1/argmax_dim": ["argreduce"],
+    "builtin/L1/conv_transpose2d": ["conv_transpose"],
+    "builtin/L2/linear_gelu": ["gemm"],
+    "builtin/L2/conv2d_group_norm_tanh": ["conv", "norm"],
+    "builtin/L2/conv2d_max_pool_hardswish": ["conv", "pool"],
+    "builtin/L2/rms_norm_silu": ["elementwise", "reduce", "elementwise"],
+    "builtin/L3/mlp": ["gemm", "gemm", "gemm"],
+}
+
+
+def test_builtin_plans():
+    for task_id, kinds in BUILTIN_PLANS.items():
+        assert plan_task(get_task(task_id), "cpu").stage_kinds == kinds, task_id
+    # the epilogue is fused: bias + GELU live in the GEMM stage, not in an extra kernel
+    stage = plan_task(get_task("builtin/L2/linear_gelu"), "cuda").stages[0]
+    assert stage.epilogue[1] == "gelu" and len(stage.operands) == 1
+    with pytest.raises(Unsupported, match="cumsum"):
+        plan_task(get_task("builtin/L1/cumsum"), "cpu")
+    covered = []
+    for task in load_suite("builtin"):
+        try:
+            plan_task(task, "cpu")
+            covered.append(task.id)
+        except Unsupported:
+            pass
+    assert len(covered) >= 45
+
+
+def test_kernelbench_matcher_level1_and_level2():
+    tasks = _kernelbench_tasks((1, 2))
+    expected = {
+        "kernelbench/L1/19_ReLU": ["elementwise"],
+        "kernelbench/L1/1_Square_matrix_multiplication_": ["gemm"],
+        "kernelbench/L1/23_Softmax": ["norm"],
+        "kernelbench/L1/40_LayerNorm": ["norm"],
+        "kernelbench/L1/47_Sum_reduction_over_a_dimension": ["reduce"],
+        "kernelbench/L1/51_Argmax_over_a_dimension": ["argreduce"],
+        "kernelbench/L1/42_Max_Pooling_2D": ["pool"],
+        "kernelbench/L1/63_conv_standard_2D__square_input__square_kernel": ["conv"],
+        "kernelbench/L1/17_Matmul_with_transposed_B": ["gemm"],
+        "kernelbench/L2/1_Conv2D_ReLU_BiasAdd": ["conv"],
+        "kernelbench/L2/12_Gemm_Multiply_LeakyReLU": ["gemm"],
+    }
+    for task_id, kinds in expected.items():
+        assert plan_task(tasks[task_id], "cuda").stage_kinds == kinds, task_id
+    # transposed B is read through strides, not copied
+    gemm = plan_task(tasks["kernelbench/L1/17_Matmul_with_transposed_B"], "cuda").stages[0]
+    assert gemm.params["b_strides"][1:] == (1, gemm.params["K"])
+    for task_id, reason in {"kernelbench/L1/95_CrossEntropyLoss": "not an fp32 tensor",
+                            "kernelbench/L1/89_cumsum": "cumsum"}.items():
+        with pytest.raises(Unsupported, match=reason):
+            plan_task(tasks[task_id], "cuda")
+    covered = {1: 0, 2: 0}
+    for task in tasks.values():
+        try:
+            plan = plan_task(task, "cuda")
+        except Unsupported:
+            continue
+        covered[task.level] += 1
+        source, launches, _, _ = render_kernels(plan, KnobSpace.for_plan(plan).values(KnobSpace.for_plan(plan).default()))
+        assert all(f'extern "C" int {launch.function}(' in source for launch in launches), task.id
+    assert covered[1] >= 75 and covered[2] >= 80, covered
+
+
+def test_knob_masks():
+    gelu = KnobSpace.for_plan(plan_task(get_task("builtin/L1/gelu"), "cuda"))
+    free = {k.name for k, mask in zip(gelu.knobs, gelu.masks) if sum(mask) > 1}
+    assert free == {"ew_block", "ew_items", "ew_vec"}
+    assert gelu.size() == 4 * 4 * 3
+    gemm = KnobSpace.for_plan(plan_task(get_task("builtin/L2/linear_gelu"), "cuda"))
+    free = {k.name for k, mask in zip(gemm.knobs, gemm.masks) if sum(mask) > 1}
+    assert {"gemm_impl", "tile_m", "fuse_epilogue"} <= free and "ew_block" in free  # fusion off adds a pass
+    assert gemm.values(gemm.default())["gemm_impl"] == "cublas"
+    rng = random.Random(0)
+    for _ in range(20):
+        assert gemm.valid(gemm.sample(rng))
+    bad = list(gemm.default())
+    bad[[k.name for k in gemm.knobs].index("ew_block")] = 99
+    assert not gemm.valid(bad) and gemm.canonical(bad) == gemm.default()
+    assert [k.name for k in CUDA_KNOBS][-1] == [k.name for k in CPU_KNOBS][-1] == "fuse_epilogue"
+
+
+# One task per template kind (elementwise, reduce, argreduce, norm, gemm, conv, conv_transpose, pool).
+CPU_CORRECTNESS = ["builtin/L1/argmax_dim", "builtin/L1/conv_transpose2d", "builtin/L2/conv2d_group_norm_tanh",
+                   "builtin/L2/conv2d_max_pool_hardswish", "builtin/L2/linear_gelu", "builtin/L2/rms_norm_silu"]
+
+
+@pytest.mark.parametrize("task_id", CPU_CORRECTNESS)
+def test_rendered_candidates_are_correct_on_cpu(cpu_evaluator, task_id):
+    task = get_task(task_id)
+    plan = plan_task(task, "cpu")
+    space = KnobSpace.for_plan(plan)
+    result = cpu_evaluator.evaluate(task, render_candidate(plan, space.values(space.default())))
+    assert result.correct, (result.error_code, result.message, result.compile_log[-1500:], result.runtime_log[-1500:])
+    assert not result.forbidden_ops
+
+
+def test_unfused_and_tuned_configurations_stay_correct(cpu_evaluator):
+    task = get_task("builtin/L2/linear_gelu")
+    plan = plan_task(task, "cpu")
+    space = KnobSpace.for_plan(plan)
+    knobs = dict(space.values(space.default()), fuse_epilogue=0, gemm_mc=8, gemm_nc=64, gemm_kc=512)
+    source = render_candidate(plan, knobs)
+    assert source.count("_cg_check(_cg_lib.") == 2  # the epilogue became its own elementwise pass
+    result = cpu_evaluator.evaluate(task, source)
+    assert result.correct, (result.error_code, result.message, result.runtime_log[-1500:])
+
+
+def test_agent_random_search_and_summary(cpu_evaluator, tmp_path):
+    agent = TemplateAgent(cpu_evaluator, "cpu", seed=1)
+    solved = agent.solve(get_task("builtin/L1/argmax_dim"), budget=3)
+    assert len(solved.trials) == 3 and len({t.action for t in solved.trials}) == 3
+    assert solved.trials[0].action == KnobSpace.for_plan(plan_task(get_task("builtin/L1/argmax_dim"), "cpu")).default()
+    assert solved.best is not None and solved.best.result.correct and solved.best_source
+    uncovered = agent.solve(get_task("builtin/L1/cumsum"))
+    assert uncovered.plan_error and not uncovered.trials
+    summary = template_cli.write_outputs(tmp_path, [solved, uncovered], {"backend": "cpu"})
+    assert summary["episodes"] == 2 and summary["covered"] == 1 and summary["pass_rate"] == 0.5
+    assert summary["tasks"]["builtin/L1/cumsum"]["best_error_code"] == "NOT_COVERED"
+    assert summary["tasks"]["builtin/L1/argmax_dim"]["best_error_code"] == "OK"
+    assert summary["levels"]["1"]["geomean_speedup_vs_eager"] == pytest.approx(
+        solved.best.result.speedup_vs_eager)
+    assert (tmp_path / "candidates" / "builtin__L1__argmax_dim.py").exists()
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and len(json.loads(lines[0])["trials"]) in (0, 3)
+
+
+def test_solve_command_rejects_bad_arguments(tmp_path, capsys):
+    from cuda_gym.cli import main
+
+    assert main(["solve", "--agent", "template", "--backend", "cpu"]) == 2
+    assert "--tasks" in capsys.readouterr().err
+    assert main(["solve", "--tasks", "builtin/L1/gelu", "--budget", "0", "--backend", "cpu"]) == 2
+    assert main(["solve", "--tasks", "builtin/L1/gelu", "--sb3-model", str(tmp_path / "none.zip"),
+                 "--backend", "cpu"]) == 2
+    assert "does not exist" in capsys.readouterr().err
