@@ -15,6 +15,7 @@ from typing import Any
 from .metrics import BASELINES, Row
 from .run import rows_of
 
+P_AXIS_MAX = 5.0  # fast_p's x axis ends here at most: the thresholds that matter are <= 2
 LABELLED_POINTS = 10  # a level with at most this many correct candidates gets each point named
 _LEVEL_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2")
 
@@ -49,7 +50,7 @@ def plot_fast_p(record: dict[str, Any], path: Path, compare: dict[str, Any] | No
     measured = _measured(record) or ["eager"]
     rows = rows_of(record)
     largest = max([s for r in rows for b in measured if (s := r.speedup(b)) is not None] + [2.0])
-    p_max = min(max(2.5, 1.1 * largest), 20.0)
+    p_max = min(max(2.5, 1.1 * largest), P_AXIS_MAX)
     grid = [p_max * i / 600 for i in range(601)]
     levels = sorted({r.level for r in rows})
     fig, axes = plt.subplots(1, len(measured), figsize=(6.2 * len(measured), 4.6), squeeze=False, sharey=True)
