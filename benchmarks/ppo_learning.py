@@ -51,9 +51,11 @@ def mean_curves(histories: list[list[dict]]) -> list[dict]:
 
 
 def run(out_dir: str | Path, *, updates: int = 30, seeds: tuple[int, ...] = (0, 1, 2), episodes_per_task: int = 16,
-        warmup_batches: int = 3, evaluator=None, backend: str = "cpu", progress: bool = True) -> dict:
+        warmup_batches: int = 3, tasks: tuple[str, ...] | None = None, evaluator=None, backend: str = "cpu",
+        progress: bool = True) -> dict:
     """Run both conditions for every seed; write the JSON and PNG into `out_dir`; return the JSON's content.
-    `evaluator`: an Evaluator to judge the menu with (default: a new one with `menu.menu_eval_config()`)."""
+    `tasks`: menu task names (default all); `evaluator`: an Evaluator to judge the menu with (default: a
+    new one with `menu.menu_eval_config()`)."""
     from cuda_gym.eval import Evaluator
 
     out_dir = Path(out_dir)
@@ -63,7 +65,7 @@ def run(out_dir: str | Path, *, updates: int = 30, seeds: tuple[int, ...] = (0, 
     evaluator = evaluator or Evaluator(backend, menu.menu_eval_config())
     runs: dict[str, list[dict]] = {name: [] for name in CONDITIONS}
     try:
-        board = menu.MenuEnv(evaluator, backend=backend)
+        board = menu.MenuEnv(evaluator, tasks, backend=backend)
         judged_rewards = board.judge_all()
         judge_seconds = time.perf_counter() - started
         best = board.best_mean_reward()

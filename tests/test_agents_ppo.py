@@ -372,8 +372,8 @@ def test_ppo_learning_benchmark_smoke(cpu_evaluator, tmp_path):
     pytest.importorskip("matplotlib")
     from benchmarks.ppo_learning import run
 
-    result = run(tmp_path, updates=2, seeds=(0,), episodes_per_task=4, warmup_batches=1, evaluator=cpu_evaluator,
-                 progress=False)
+    result = run(tmp_path, updates=2, seeds=(0,), episodes_per_task=8, warmup_batches=1, tasks=("elu",),
+                 evaluator=cpu_evaluator, progress=False)
     for name in result["menu"]["rewards"]:
         verdicts = result["menu"]["rewards"][name]
         assert verdicts["wrong"] == -1.0 and verdicts["broken"] == -1.0
@@ -382,7 +382,7 @@ def test_ppo_learning_benchmark_smoke(cpu_evaluator, tmp_path):
         (run_,) = result["runs"][name]
         assert [line["update"] for line in run_["history"]] == [1, 2]
     rft = result["runs"]["rft+value+ppo"][0]["stages"]
-    assert rft["sampled"]["episodes"] == 12 and rft["rft"]["kept"] + sum(rft["rft"]["rejected"].values()) == 12
+    assert rft["sampled"]["episodes"] == 8 and rft["rft"]["kept"] + sum(rft["rft"]["rejected"].values()) == 8
     assert len(list(tmp_path.glob("ppo_learning_cpu_*.json"))) == 1 and len(list(tmp_path.glob("*.png"))) == 1
 
 
