@@ -265,3 +265,94 @@ def test_cli_errors_before_judging(tmp_path, capsys):
                  "--compare", str(bad)]) == 2
     assert "not a cuda_gym leaderboard.json" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------ the hidden seed defeats tuning to the public one
+
+TINY_LINEAR = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def get_inputs():
+    return [torch.randn(8, 4)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+LINEAR_CANDIDATE = '''
+import torch
+import torch.nn as nn
+from cuda_gym.native import load_kernels
+
+_lib = load_kernels(cpp=r"""
+#include <cstdint>
+{constants}
+extern "C" void linear4(const float* x, const float* w, const float* b, float* y, int64_t rows) {{
+    for (int64_t r = 0; r < rows; ++r)
+        for (int o = 0; o < 4; ++o) {{
+            float s = b[o];
+            for (int i = 0; i < 4; ++i) s += x[r * 4 + i] * w[o * 4 + i];
+            y[r * 4 + o] = s;
+        }}
+}}
+""", functions=["void linear4(const float* x, const float* w, const float* b, float* y, int64_t rows)"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], 4, dtype=x.dtype, device=x.device)
+        _lib.linear4(x, {weight}, {bias}, y, x.shape[0])
+        return y
+'''
+
+
+def _linear_candidates() -> tuple[str, str]:
+    """(honest, memorised): the honest one passes the reference weights it is given to its
+    kernel; the memorised one passes, from module-level tensors, the weights that the public seed 0
+    gives the reference (torch.manual_seed(0) before Model(), as the evaluator builds it)."""
+    import torch
+
+    torch.manual_seed(0)
+    with torch.device("cpu"):
+        linear = torch.nn.Linear(4, 4)
+    honest = LINEAR_CANDIDATE.format(constants="", weight="self.linear.weight", bias="self.linear.bias")
+    memorised = LINEAR_CANDIDATE.format(constants="", weight="_W0", bias="_B0").replace(
+        "class ModelNew", f"_W0 = torch.tensor({linear.weight.detach().tolist()})\n"
+                          f"_B0 = torch.tensor({linear.bias.detach().tolist()})\n\n\nclass ModelNew")
+    return honest, memorised
+
+
+def test_hidden_seed_catches_a_candidate_tuned_to_the_public_seed(tmp_path, cpu_evaluator):
+    from cuda_gym.tasks.task import task_from_source
+
+    task = task_from_source(TINY_LINEAR, task_id="test/L1/tiny_linear", level=1, name="tiny_linear")
+    honest, memorised = _linear_candidates()
+    public = cpu_evaluator.evaluate(task, memorised, config=cpu_evaluator.config.replace(seed=0))
+    assert public.error_code.value == "OK", public.message  # it fools the public seed
+
+    for name, source in (("honest", honest), ("memorised", memorised)):
+        (tmp_path / name / "L1").mkdir(parents=True)
+        (tmp_path / name / "L1" / "tiny_linear.py").write_text(source)
+    verdicts = {}
+    for name in ("honest", "memorised"):
+        record = run_leaderboard(read_submissions(tmp_path / name, [task]), [task], cpu_evaluator, progress=False)
+        assert record["seed"]["mode"] == "secret" and record["seed"]["value"] != 0
+        verdicts[name] = record["results"][0]["verdict"]
+    assert verdicts == {"honest": "OK", "memorised": "INCORRECT"}
