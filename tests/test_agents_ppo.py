@@ -413,3 +413,22 @@ def test_train_command_on_one_menu_task(tmp_path, capsys):
     assert "unknown stages" in capsys.readouterr().err
     assert main(["train", "--suite", "builtin", "--out", str(tmp_path / "y")]) == 2
     assert "--model DIR" in capsys.readouterr().err
+
+
+def test_lora_policy_trains_only_its_adapters_with_kl_to_its_base_weights():
+    pytest.importorskip("peft")
+    model = tiny_llama()
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = PPOTrainer(model, PPOConfig(critic="head", lora_rank=4, kl_coef=0.1, actor_lr=1e-2, minibatch_size=8))
+    trajectories = sampled_trajectories(model, 4)
+    first = trainer.update(trajectories)
+    second = trainer.update(trajectories)
+    changed = {k for k, v in trainer.policy.state_dict().items() if "lora_" in k}
+    assert changed and all(p.requires_grad == ("lora_" in n) for n, p in trainer.policy.named_parameters())
+    # The base weights stay as they were; the adapters moved the policy away from them (the KL,
+    # measured during the one step of each update, is 0 before the first step and > 0 after it).
+    for name, value in trainer.policy.get_base_model().state_dict().items():
+        key = name.replace("base_layer.", "")
+        if key in base:
+            assert torch.equal(value, base[key]), name
+    assert first["kl_to_reference"] == pytest.approx(0.0, abs=1e-6) and second["kl_to_reference"] > 0

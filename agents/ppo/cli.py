@@ -10,6 +10,7 @@ Two kinds of runs:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -32,8 +33,10 @@ def add_command(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--data-path", help="KernelBench / Ops-6K data (else $CUDA_GYM_KERNELBENCH / $CUDA_GYM_OPS6K)")
     train.add_argument("--out", required=True, help="output directory (must not hold metrics.jsonl already)")
     train.add_argument("--updates", type=int, default=None, help="PPO updates (default: 30 on the menu, else 10)")
+    train.add_argument("--batch-size", type=int, default=None,
+                       help="episodes per update (default: the paper's 1024; menu: 48)")
     train.add_argument("--episodes-per-task", type=int, default=None,
-                       help="episodes per task per update (default: 16 on the menu, else 1)")
+                       help="episodes per task per update (default: ceil(batch size / tasks))")
     train.add_argument("--trajectories", help="trajectories.jsonl for rft/value (default: sample --warmup-batches)")
     train.add_argument("--warmup-batches", type=int, default=None,
                        help="batches sampled with the initial policy for rft/value (default: 3 on the menu, else 1)")
@@ -59,7 +62,8 @@ def _error(message: str) -> int:
 
 def _ppo_config(args: argparse.Namespace, base):
     overrides = {name: value for name, value in (("critic", args.critic), ("actor_lr", args.actor_lr),
-                                                 ("critic_lr", args.critic_lr)) if value is not None}
+                                                 ("critic_lr", args.critic_lr), ("batch_size", args.batch_size))
+                 if value is not None}
     overrides.update(lora_rank=args.lora_rank, kl_coef=args.kl_coef, seed=args.seed)
     return base(**overrides)
 
@@ -111,7 +115,7 @@ def _train_menu(args, stages, out: Path) -> int:
     else:
         policy = menu.tiny_policy(args.seed)
     policy.to(device)
-    episodes = args.episodes_per_task or 16
+    ppo_config = _ppo_config(args, menu.menu_ppo_config)
     names = None
     if args.tasks:
         names = [t.strip().rsplit("/", 1)[-1] for t in args.tasks.split(",") if t.strip()]
@@ -120,6 +124,7 @@ def _train_menu(args, stages, out: Path) -> int:
             return _error(f"unknown menu tasks {unknown}; the menu has {', '.join(f'menu/L1/{n}' for n in menu.MENU_TASKS)}")
     with Evaluator(args.backend, config) as evaluator:
         board = menu.MenuEnv(evaluator, names, backend=args.backend, seed=args.seed)
+        episodes = args.episodes_per_task or math.ceil(ppo_config.batch_size / len(board.names))
         try:
             rewards = board.judge_all()
             print(f"menu rewards (judged once each): {rewards}; best mean reward {board.best_mean_reward():.2f}")
@@ -129,7 +134,7 @@ def _train_menu(args, stages, out: Path) -> int:
                 return menu.play_menu(policy, board, episodes, generator=generator)
 
             summary = run_stages(policy, collect, stages, out,
-                                 ppo_config=_ppo_config(args, menu.menu_ppo_config), updates=args.updates or 30,
+                                 ppo_config=ppo_config, updates=args.updates or 30,
                                  trajectories=args.trajectories, warmup_batches=args.warmup_batches or 3,
                                  rft_config=menu.MENU_RFT_CONFIG, value_config=menu.MENU_VALUE_CONFIG,
                                  pad_token_id=menu.PAD, plot_title=f"menu, {'+'.join(stages)}",
@@ -167,7 +172,8 @@ def _train_llm(args, stages, out: Path) -> int:
     chat = TransformersChat(policy, tokenizer, sampling=SamplingConfig(temperature=1.0, max_new_tokens=args.max_new_tokens),
                             model_name=args.model)
     context = int(getattr(policy.config, "max_position_embeddings", 32768) or 32768)
-    rollout_config = RolloutConfig(episodes_per_task=args.episodes_per_task or 1, concurrency=args.concurrency,
+    episodes = args.episodes_per_task or math.ceil(config.batch_size / len(tasks))
+    rollout_config = RolloutConfig(episodes_per_task=episodes, concurrency=args.concurrency,
                                    max_turns=args.max_turns, seed=args.seed,
                                    reward_mode="final" if config.reward_placement == "outcome" else "per_step",
                                    react=ReactConfig(context_tokens=context))

@@ -32,7 +32,8 @@ class PPOConfig:
     critic_lr: float = 6e-6
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    # Batch (paper: 1024). batch_size = episodes per update; each update makes `update_epochs` passes
+    # Batch (paper: 1024). batch_size = episodes per update, the collector's target (`cuda-gym train`
+    # plays ceil(batch_size / tasks) episodes of each task); each update makes `update_epochs` passes
     # over them in minibatches of `minibatch_size` turns (one optimizer step each), computed
     # `micro_batch_size` turns at a time (gradient accumulation).
     batch_size: int = 1024

@@ -63,7 +63,6 @@ class PPOTrainer:
                  reference: nn.Module | None = None, tokenizer=None, pad_token_id: int | None = None,
                  device: torch.device | str | None = None):
         self.config = config = config or PPOConfig()
-        torch.manual_seed(config.seed)
         self.device = torch.device(device) if device is not None else next(policy.parameters()).device
         self.tokenizer = tokenizer
         if pad_token_id is None and tokenizer is not None:
