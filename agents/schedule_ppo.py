@@ -176,9 +176,10 @@ def compare_curves(curves: dict[str, Sequence[StepRecord]], baseline: str = "ran
 
 
 def write_curves(path_json: str | Path, path_png: str | Path | None, curves: dict[str, Sequence[StepRecord]],
-                 meta: dict[str, Any]) -> dict[str, Any]:
-    """Write the curves and their comparison as JSON, and (with matplotlib) the running-best plot as PNG."""
-    report = compare_curves(curves)
+                 meta: dict[str, Any], comparison: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the curves and their comparison (default: `compare_curves(curves)`) as JSON, and (with
+    matplotlib) the running-best plot as PNG."""
+    report = comparison if comparison is not None else compare_curves(curves)
     payload = {**meta, "comparison": report,
                "curves": {name: [asdict(r) for r in curve] for name, curve in curves.items()},
                "running_best": {name: running_best(curve) for name, curve in curves.items()}}

@@ -151,7 +151,8 @@ class Operand:
 @dataclass
 class Stage:
     """One template launch. `params` are the kind's sizes; `epilogue`/`operands` the fused pointwise tail."""
-    kind: str                   # "elementwise", "gemm", "conv", "conv_transpose", "pool", "reduce", "argreduce", "norm"
+    kind: str                   # "elementwise", "gemm", "conv", "conv_direct", "conv_transpose", "pool", "reduce",
+                                # "argreduce", "norm"
     name: str
     out: Buffer
     inputs: list[Buffer]
@@ -425,7 +426,18 @@ class _Tracer:
                     outputs.append(Buffer(buf.ref, v.shape, buf.dtype))
             else:
                 self.values[node] = self._node(node, value)
-        return Plan(self.task_id, self.backend, self.source, self.input_names, self.inputs, self.stages, outputs,
+        # Drop stages nothing reads (e.g. the indices of torch.max(x, dim) when only values are used).
+        needed = {b.ref for b in outputs}
+        kept = []
+        for stage in reversed(self.stages):
+            if stage.out.ref in needed:
+                kept.append(stage)
+                needed.update(b.ref for b in stage.inputs)
+                needed.update(o.buffer.ref for o in stage.operands)
+        stages = kept[::-1]
+        if not stages:
+            raise Unsupported("the forward computes nothing the templates emit")
+        return Plan(self.task_id, self.backend, self.source, self.input_names, self.inputs, stages, outputs,
                     is_tuple)
 
     def _arg(self, a: Any) -> Any:
@@ -626,7 +638,9 @@ class _Tracer:
                      dd=dl[0], dh=dl[1], dw=dl[2])
         w = Buffer(f"{prefix}.weight", tuple(module.weight.shape), kind="param")
         out = self._temp(out_shape)
-        stage = self._stage("conv_transpose" if transposed else "conv", out, [xb, w], shape=shape)
+        # A GEMM tile is as wide as 32+ out channels: with fewer per group (depthwise) go direct.
+        kind = "conv_transpose" if transposed else ("conv_direct" if out_shape[1] // module.groups < 8 else "conv")
+        stage = self._stage(kind, out, [xb, w], shape=shape)
         value = _Value(tuple(out_shape), V, [], producer=stage)
         if module.bias is not None:
             bias = Buffer(f"{prefix}.bias", tuple(module.bias.shape), kind="param")
@@ -970,8 +984,8 @@ CUDA_KNOBS: tuple[Knob, ...] = (
     Knob("tile_k", (8, 16, 32), ("gemm", "conv"), 1),
     Knob("thread_m", (4, 8), ("gemm", "conv"), 0),
     Knob("thread_n", (4, 8), ("gemm", "conv"), 0),
-    Knob("direct_block", (64, 128, 256, 512), ("conv_transpose", "pool"), 2),
-    Knob("fuse_epilogue", (1, 0), ("gemm", "conv", "conv_transpose", "pool", "reduce", "norm"), 0),
+    Knob("direct_block", (64, 128, 256, 512), ("conv_direct", "conv_transpose", "pool"), 2),
+    Knob("fuse_epilogue", (1, 0), ("gemm", "conv", "conv_direct", "conv_transpose", "pool", "reduce", "norm"), 0),
 )
 CPU_KNOBS: tuple[Knob, ...] = (
     Knob("ew_grain", (1024, 4096, 16384, 65536), ("elementwise",), 2),
@@ -980,7 +994,7 @@ CPU_KNOBS: tuple[Knob, ...] = (
     Knob("gemm_mc", (8, 16, 32, 64), ("gemm",), 1),
     Knob("gemm_nc", (64, 128, 256, 512), ("gemm",), 2),
     Knob("gemm_kc", (64, 128, 256, 512), ("gemm",), 2),
-    Knob("fuse_epilogue", (1, 0), ("gemm", "conv", "conv_transpose", "pool", "reduce", "norm"), 0),
+    Knob("fuse_epilogue", (1, 0), ("gemm", "conv", "conv_direct", "conv_transpose", "pool", "reduce", "norm"), 0),
 )
 
 
@@ -1175,12 +1189,15 @@ def _render_stage(stage: Stage, knobs: dict[str, Any], backend: str) -> _Launch:
             call = f"cg_gemm<{knobs['gemm_mc']}, {knobs['gemm_nc']}, {knobs['gemm_kc']}>(a, b, y, {dims}, epi)"
         sig = f"const float* a, const float* b, float* y{op_params}{stream_param}"
         args = [stage.inputs[0].ref, stage.inputs[1].ref, out.ref]
-    elif stage.kind in ("conv", "conv_transpose", "pool"):
+    elif stage.kind in ("conv", "conv_direct", "conv_transpose", "pool"):
         shape = f"const CgConvShape shape = {_conv_shape_init(p['shape'])};"
         if stage.kind == "conv":
             tmpl = (f"<{knobs['tile_m']}, {knobs['tile_n']}, {knobs['tile_k']}, {knobs['thread_m']}, "
                     f"{knobs['thread_n']}>" if cuda else "")
             call = f"cg_conv{tmpl}(x, w, y, shape, epi{stream_arg})"
+        elif stage.kind == "conv_direct":  # the CPU's cg_conv is direct already
+            call = (f"cg_conv_direct<{knobs['direct_block']}>(x, w, y, shape, epi, stream)" if cuda
+                    else "cg_conv(x, w, y, shape, epi)")
         elif stage.kind == "conv_transpose":
             tmpl = f"<{knobs['direct_block']}>" if cuda else ""
             call = f"cg_conv_transpose{tmpl}(x, w, y, shape, epi{stream_arg})"

@@ -1,6 +1,6 @@
 """PPO and MaskablePPO against random search on one schedule-environment task, at an equal budget.
 
-    python benchmarks/schedule_ppo_curve.py --backend cpu --task builtin/L2/linear_gelu --budget 40
+    python benchmarks/schedule_ppo_curve.py --backend cpu --task builtin/L1/matmul --budget 48 --seeds 0,1
     python benchmarks/schedule_ppo_curve.py --backend cuda --task builtin/L2/linear_gelu --budget 64 --out-dir $OUT
 
 All methods share one ScheduleEnv (one evaluator, one result cache), so a configuration has the same
@@ -27,7 +27,7 @@ def main() -> int:
     parser.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--task", default="builtin/L2/linear_gelu")
     parser.add_argument("--budget", type=int, default=40, help="environment steps per method (default 40)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds; each runs every method (default 0)")
     parser.add_argument("--methods", default="random,maskable_ppo,ppo")
     parser.add_argument("--out-dir", default=os.environ.get("OUT") or "benchmarks/results")
     parser.add_argument("--checkpoint-dir", default="cuda_gym_results/schedule_ppo_checkpoints",
@@ -36,7 +36,7 @@ def main() -> int:
                         help="the evaluator's default timing (slower); default: the test suite's short timing")
     args = parser.parse_args()
 
-    from agents.schedule_ppo import SchedulePPOConfig, random_search, train, write_curves
+    from agents.schedule_ppo import SchedulePPOConfig, compare_curves, random_search, train, write_curves
     from cuda_gym.envs.schedule_env import ScheduleEnv
     from cuda_gym.eval import EvalConfig, Evaluator
 
@@ -51,28 +51,34 @@ def main() -> int:
         env = ScheduleEnv(suite=args.task.split("/", 1)[0], task_filter=args.task, backend=args.backend,
                           evaluator=evaluator)
         space_size = None
-        for method in args.methods.split(","):
-            t0 = time.time()
-            if method == "random":
-                curves[method] = random_search(env, args.budget, seed=args.seed)
-            else:
-                run = train(env, SchedulePPOConfig(algorithm=method, budget=args.budget, seed=args.seed),
-                            out_dir=Path(args.checkpoint_dir) / f"{args.backend}_{stamp}_{method}")
-                curves[method] = run["curve"]
-            if space_size is None:
-                space_size = env._space.size()
-            best = max(r.reward for r in curves[method])
-            print(f"{method}: {len(curves[method])} steps, best reward {best:.4f}, "
-                  f"{env.evaluations} evaluations so far, {time.time() - t0:.0f} s", flush=True)
+        seeds = [int(s) for s in args.seeds.split(",")]
+        comparison = {}
+        for seed in seeds:
+            for method in args.methods.split(","):
+                t0 = time.time()
+                name = f"{method}@seed{seed}" if len(seeds) > 1 else method
+                if method == "random":
+                    curves[name] = random_search(env, args.budget, seed=seed)
+                else:
+                    run = train(env, SchedulePPOConfig(algorithm=method, budget=args.budget, seed=seed),
+                                out_dir=Path(args.checkpoint_dir) / f"{args.backend}_{stamp}_{method}_{seed}")
+                    curves[name] = run["curve"]
+                if space_size is None:
+                    space_size = env._space.size()
+                best = max(r.reward for r in curves[name])
+                print(f"{name}: {len(curves[name])} steps, best reward {best:.4f}, "
+                      f"{env.evaluations} evaluations so far, {time.time() - t0:.0f} s", flush=True)
+            suffix = f"@seed{seed}" if len(seeds) > 1 else ""
+            comparison[f"seed{seed}"] = compare_curves({m: curves[m + suffix] for m in args.methods.split(",")})
         env.close()
     meta = {"date": dt.datetime.now().isoformat(timespec="seconds"), "task": args.task, "backend": args.backend,
-            "budget": args.budget, "seed": args.seed, "configurations_in_space": space_size,
+            "budget": args.budget, "seeds": seeds, "configurations_in_space": space_size,
             "evaluations": env.evaluations, "seconds": round(time.time() - started, 1),
             "host": {"machine": platform.machine(), "python": platform.python_version()},
             "eval_config": {"baselines": list(config.baselines), "timing_reps": config.timing_reps},
             "title": f"{args.task} on {args.backend}: best log speedup vs evaluation requests"}
     stem = out_dir / f"schedule_ppo_{args.backend}_{stamp}"
-    report = write_curves(stem.with_suffix(".json"), stem.with_suffix(".png"), curves, meta)
+    report = write_curves(stem.with_suffix(".json"), stem.with_suffix(".png"), curves, meta, comparison)
     print(report)
     print(f"wrote {stem}.json and .png")
     return 0

@@ -127,10 +127,12 @@ def main() -> int:
         rows[task.id] = {"level": task.level, "stages": plan.stage_kinds}
     print(f"planned {len(plans)}/{len(tasks)} tasks in {time.monotonic() - started:.0f} s", flush=True)
 
-    config_a = EvalConfig(baselines=("eager",), baseline_workers=1)
-    config_b = EvalConfig(baselines=("eager", "compile"), baseline_workers=1)
+    # The evaluator's defaults but one baseline worker and at most 0.5 s of timing per callable.
+    config_a = EvalConfig(baselines=("eager",), baseline_workers=1, timing_budget_s=0.5)
+    config_b = config_a.replace(baselines=("eager", "compile"))
     meta = {"date": dt.datetime.now().isoformat(timespec="seconds"), "backend": args.backend,
-            "time_budget_s": args.time_budget, "host": platform.node(), "python": platform.python_version()}
+            "time_budget_s": args.time_budget, "host": platform.node(), "python": platform.python_version(),
+            "eval_config": {"baseline_workers": 1, "timing_budget_s": 0.5, "timing_reps": config_a.timing_reps}}
 
     def write(phase: str) -> None:
         payload = {**meta, "phase": phase, "elapsed_s": round(time.monotonic() - started, 1),

@@ -12,7 +12,11 @@
 //   k = (c, kd, kh, kw): the input patch (A) is gathered on the fly into shared memory (zero outside the
 //   input), the weight [oc, c/groups, kd, kh, kw] is B. Threads own TM x TN sub-tiles with rows fastest,
 //   so a warp's stores run along the output's spatial axis.
-//   Knobs: BM, BN in {32, 64, 128}; BK in {8, 16, 32}; TM, TN in {2, 4, 8} (all combinations valid).
+//   Knobs: BM, BN in {32, 64, 128}; BK in {8, 16, 32}; TM, TN in {4, 8} (all combinations valid:
+//   16 to 1024 threads per block).
+// cg_conv_direct<BLOCK>: the same convolution, one thread per output (for grouped convs with few out
+//   channels per group, e.g. depthwise, where a GEMM tile would be mostly empty). Knobs: BLOCK in
+//   {64, 128, 256, 512}.
 // cg_conv_transpose<BLOCK>: nn.ConvTranspose1d/2d/3d (any stride, padding, output_padding, dilation,
 //   groups; weight [c, oc/groups, kd, kh, kw]), one thread per output gathering the inputs that reach it.
 //   Knobs: BLOCK in {64, 128, 256, 512}.
@@ -106,6 +110,47 @@ int cg_conv(const float* x, const float* w, float* y, const CgConvShape& s, cons
         return (int)cudaErrorInvalidConfiguration;
     const dim3 grid((unsigned)((M + BM - 1) / BM), (unsigned)((ocg + BN - 1) / BN), (unsigned)s.groups);
     cg_conv_kernel<BM, BN, BK, TM, TN, E><<<grid, (BM / TM) * (BN / TN), 0, stream>>>(x, w, y, s, e);
+    return (int)cudaGetLastError();
+}
+
+template <int BLOCK, class E>
+__global__ void __launch_bounds__(BLOCK)
+cg_conv_direct_kernel(const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y, CgConvShape s, E e) {
+    const int64_t cg = s.c / s.groups, ocg = s.oc / s.groups;
+    const int64_t osp = s.od * s.oh * s.ow, isp = s.d * s.h * s.w, ksp = s.kd * s.kh * s.kw;
+    const int64_t total = s.n * s.oc * osp;
+    for (int64_t index = (int64_t)blockIdx.x * BLOCK + threadIdx.x; index < total; index += (int64_t)gridDim.x * BLOCK) {
+        const int64_t sp = index % osp, o = (index / osp) % s.oc, nb = index / (osp * s.oc);
+        const int64_t oz = sp / (s.oh * s.ow), oy = (sp / s.ow) % s.oh, ox = sp % s.ow;
+        const int64_t g = o / ocg;
+        float acc = 0.f;
+        for (int64_t c = 0; c < cg; ++c) {
+            const float* xp = x + (nb * s.c + g * cg + c) * isp;
+            const float* wp = wt + (o * cg + c) * ksp;
+            for (int64_t kz = 0; kz < s.kd; ++kz) {
+                const int64_t iz = oz * s.sd - s.pd + kz * s.dd;
+                if (iz < 0 || iz >= s.d) continue;
+                for (int64_t ky = 0; ky < s.kh; ++ky) {
+                    const int64_t iy = oy * s.sh - s.ph + ky * s.dh;
+                    if (iy < 0 || iy >= s.h) continue;
+                    for (int64_t kx = 0; kx < s.kw; ++kx) {
+                        const int64_t ix = ox * s.sw - s.pw + kx * s.dw;
+                        if (ix >= 0 && ix < s.w) acc = fmaf(xp[(iz * s.h + iy) * s.w + ix], wp[(kz * s.kh + ky) * s.kw + kx], acc);
+                    }
+                }
+            }
+        }
+        y[index] = e(acc, index);
+    }
+}
+
+template <int BLOCK, class E>
+int cg_conv_direct(const float* x, const float* w, float* y, const CgConvShape& s, const E& e, cudaStream_t stream) {
+    const int64_t total = s.n * s.oc * s.od * s.oh * s.ow;
+    if (total <= 0) return 0;
+    int64_t blocks = (total + BLOCK - 1) / BLOCK;
+    if (blocks > (1LL << 30)) blocks = 1LL << 30;
+    cg_conv_direct_kernel<BLOCK, E><<<(unsigned)blocks, BLOCK, 0, stream>>>(x, w, y, s, e);
     return (int)cudaGetLastError();
 }
 

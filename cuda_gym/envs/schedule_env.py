@@ -5,8 +5,9 @@ planned onto the templates by the template agent (`agents.template_agent.plan_ta
 not cover are left out of the environment (`env.skipped` says why). An action picks one value per
 knob (`env.knobs`: block sizes, items per thread, vector widths, GEMM/conv tiles, cuBLAS or tiled
 GEMM, epilogue fusion on or off); `step` renders the full `ModelNew` from the templates and judges it
-with the same `Evaluator` as `KernelEnv` (results are cached by (task, configuration), so a repeated
-configuration costs nothing and returns the same verdict; `env.last_step_cached` says which).
+with the same `Evaluator` as `KernelEnv` (results are cached by (task, rendered kernels), so a repeated
+configuration, or one whose extra knobs change nothing, costs nothing and returns the same verdict;
+`env.last_step_cached` says which).
 
 Observation (`Box(float32)`, see `FEATURES`): the plan's stage kinds (counts), log2 sizes (output,
 inputs, the largest GEMM's M/N/K, the largest reduced axis, conv GEMM dims), the level, and the last
@@ -21,6 +22,7 @@ judged), so plain PPO can act in it too.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from typing import Any, Callable, Iterable
@@ -36,7 +38,7 @@ from ..tasks.suites import load_suite
 from ..tasks.task import Task
 from .kernel_env import compact_result
 
-STAGE_KINDS = ("elementwise", "gemm", "conv", "conv_transpose", "pool", "reduce", "argreduce", "norm")
+STAGE_KINDS = ("elementwise", "gemm", "conv", "conv_direct", "conv_transpose", "pool", "reduce", "argreduce", "norm")
 FEATURES = tuple(f"count_{k}" for k in STAGE_KINDS) + (
     "log2_output_numel", "log2_input_numel", "log2_gemm_m", "log2_gemm_n", "log2_gemm_k", "log2_reduce_len",
     "log2_conv_m", "log2_conv_n", "log2_conv_k", "stages", "level", "last_log_speedup", "last_compile_failed",
@@ -57,7 +59,7 @@ def plan_features(plan: Any, level: int) -> np.ndarray:
     reduce_len = max((s.params["R"] for s in plan.stages if s.kind in ("reduce", "argreduce", "norm")), default=0)
     conv_dims = (0, 0, 0)
     for s in plan.stages:
-        if s.kind in ("conv", "conv_transpose"):
+        if s.kind in ("conv", "conv_direct", "conv_transpose"):
             p = s.params["shape"]
             dims = (p["n"] * p["od"] * p["oh"] * p["ow"], p["oc"] // p["groups"],
                     p["c"] // p["groups"] * p["kd"] * p["kh"] * p["kw"])
@@ -204,11 +206,12 @@ class ScheduleEnv(gym.Env):
 
         task = self.task
         judged = self.canonical(action)
-        key = (task.id, judged)
+        # Keyed by the rendered kernels, not the action: knobs that leave the kernels unchanged (e.g.
+        # elementwise knobs while every epilogue is fused) share one verdict.
+        source = render_candidate(self.plans[task.id], self._space.values(judged))
+        key = (task.id, hashlib.sha256(source.split("\n", 2)[2].encode()).hexdigest())
         if key in self._results:
             return self._results[key], True, judged
-        knobs = self._space.values(judged)
-        source = render_candidate(self.plans[task.id], knobs)
         result = self.evaluator.evaluate(task, source, backend=self.backend, config=self.config)
         self._results[key] = result
         self.evaluations += 1
