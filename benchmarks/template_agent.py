@@ -42,11 +42,17 @@ def _group(task_id: str) -> str:
     return f"{suite}/{level}"
 
 
+def _order_group(task_id: str) -> str:
+    """Queue groups: the built-in suite (L1, L2, then L3, as listed), KernelBench L1, KernelBench L2."""
+    return "builtin" if task_id.startswith("builtin/") else _group(task_id)
+
+
 def round_robin(task_ids) -> list[str]:
-    """Task ids reordered to alternate between suite/level groups (built-in L1, KernelBench L1, ...)."""
+    """Task ids reordered to alternate between the built-in suite, KernelBench L1 and KernelBench L2,
+    so a run cut short has judged about as many of each."""
     groups: dict[str, list[str]] = {}
-    for task_id in task_ids:
-        groups.setdefault(_group(task_id), []).append(task_id)
+    for task_id in sorted(task_ids, key=lambda t: (t.startswith("builtin/L3"), t)):
+        groups.setdefault(_order_group(task_id), []).append(task_id)
     order = []
     while any(groups.values()):
         for name in sorted(groups):
