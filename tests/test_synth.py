@@ -157,6 +157,49 @@ def test_planted_kernelbench_copy_is_removed():
         assert match is not None and match.test == "ast" and 0.9 <= match.score < 1.0, path.name
 
 
+# ---------------------------------------------------------------------------------- filter checks
+ONE_LINE_TASK = """
+import torch
+import torch.nn as nn
+
+batch_size = 64
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 256)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("expr, stage", [
+    ("torch.tanh(x)", "passed"),
+    ("x.add_(1.0)", "mutates_inputs"),
+    ("x * 1e-6", "magnitude"),
+    ("x + torch.rand_like(x)", "nondeterministic"),
+    ("torch.exp(x * 100.0)", "nonfinite"),
+    ("torch.ones_like(x)", "degenerate"),
+    ("x @ x", "eager"),
+])
+def test_each_filter_check_rejects_its_failure(expr, stage):
+    from cuda_gym.synth.check import check_task
+
+    settings = SynthConfig(backend="cpu", window_ms=WIDE_WINDOW).filter_settings()
+    result = check_task({"source": ONE_LINE_TASK.format(expr=expr), "backend": "cpu", "sizes": {}, "config": settings})
+    assert result["stage"] == stage, result
+    assert result["ok"] == (stage == "passed")
+    narrow = dict(settings, window_ms=[5000.0, 6000.0], calibration_rounds=0)
+    assert check_task({"source": ONE_LINE_TASK.format(expr="torch.tanh(x)"), "backend": "cpu", "sizes": {},
+                       "config": narrow})["stage"] == "timing"
+
+
 # ------------------------------------------------------------------------------------ worker pool
 def test_pool_survives_crashing_and_hanging_tasks():
     settings = SynthConfig(backend="cpu", window_ms=WIDE_WINDOW).filter_settings()
@@ -206,7 +249,8 @@ def test_pipeline_cpu_writes_a_loadable_clean_suite(tmp_path, small_kernelbench)
     assert len(result.tasks) + funnel["compile"] + funnel["compile_mismatch"] == 20
     assert funnel["composed"] == (funnel["compose_failed"] + funnel["duplicate"] + funnel["contaminated_signature"]
                                   + funnel["contaminated_ast"] + funnel["checked"])
-    failed = sum(funnel[s] for s in ("load", "eager", "timing", "out_of_memory", "mutates_inputs", "nondeterministic",
+    failed = sum(funnel[s] for s in ("load", "eager", "timing", "out_of_memory", "mutates_inputs", "magnitude",
+                                     "nondeterministic",
                                      "nonfinite", "degenerate", "crash", "timeout"))
     assert funnel["checked"] == failed + funnel["passed_execution"]
     assert funnel["compile_checked"] == 2

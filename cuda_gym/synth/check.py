@@ -5,7 +5,9 @@ load (the file executes, `Model(*get_init_inputs())` builds), eager (one forward
 median eager time must lie in the window; a task outside it is retried with its batch size
 rescaled towards the target time, a power of two within the memory cap, up to
 `calibration_rounds` times, since time is not linear in the batch once data leaves the caches), input mutation (the forward
-must leave its inputs unchanged), determinism (two forwards give bitwise-equal outputs), and the
+must leave its inputs unchanged), magnitude (each floating output's RMS within `output_rms`, as
+docs/task-format.md asks for O(0.1-100) outputs: near-zero results of cancellation are compared
+mostly by rounding), determinism (two forwards give bitwise-equal outputs), and the
 evaluator's own input draws (`cuda_gym.eval.correctness.make_draws`: every draw's output finite,
 and `degeneracy` finds the outputs distinguishable across draws). `compile_task(job)` runs the
 task under `torch.compile` and compares it with eager at the fp32 tolerance of `EvalConfig`.
@@ -152,6 +154,13 @@ def _checks(model, inputs, device: torch.device, config: dict[str, Any]) -> list
         if changed:
             raise CheckFailed("mutates_inputs", f"the forward modified its input(s) {changed}")
         del before
+        for index, output in enumerate(first):
+            if output.is_floating_point() and output.numel():
+                rms = float(torch.linalg.vector_norm(output, dtype=torch.float64)) / output.numel() ** 0.5
+                low, high = config["output_rms"]
+                if math.isfinite(rms) and not low <= rms <= high:
+                    raise CheckFailed("magnitude", f"output {index} has RMS {rms:.3g}, outside {low:g}-{high:g}: "
+                                                   "values this small or large are compared mostly by rounding")
         second = _outputs(model(*inputs))
         if not _same(first, second):
             raise CheckFailed("nondeterministic", "two forwards on the same inputs gave different outputs")

@@ -32,7 +32,7 @@ from .render import render
 
 WINDOW_MS = {"cuda": (1.0, 100.0), "cpu": (1.0, 100.0)}
 FUNNEL_ORDER = ("composed", "compose_failed", "duplicate", "contaminated_signature", "contaminated_ast", "checked",
-                "load", "eager", "timing", "out_of_memory", "mutates_inputs", "nondeterministic", "nonfinite",
+                "load", "eager", "timing", "out_of_memory", "mutates_inputs", "magnitude", "nondeterministic", "nonfinite",
                 "degenerate", "crash", "timeout", "passed_execution", "surplus", "compile_checked", "compile",
                 "compile_mismatch", "stopped_by_time_budget", "tasks")
 
@@ -55,7 +55,8 @@ class SynthConfig:
     decontaminate=False skips it (the report then says so). compile_check: "all", or how many of the
     kept tasks (a seeded sample) must also pass under torch.compile; 0 skips it. window_ms: the
     eager-time window on `backend` (default 1-100 ms). calibrate_rounds: retries with a rescaled batch
-    size for a task outside the window (0: none). workers: filter processes (default: CPU cores on
+    size for a task outside the window (0: none). output_rms: the allowed RMS of each floating output
+    (task-format's O(0.1-100), with margin). workers: filter processes (default: CPU cores on
     cpu, min(8, cores) on cuda); threads_per_worker: torch threads of each CPU worker.
     time_budget_s: stop drawing new candidates after this long (the round in flight finishes and
     the compile check still runs), keeping what passed so far.
@@ -78,6 +79,7 @@ class SynthConfig:
     timing_reps: int = 10
     timing_budget_s: float = 0.5
     draws: int = 5
+    output_rms: tuple[float, float] = (1e-3, 1e5)
     workers: int | None = None
     threads_per_worker: int | None = None
     task_timeout_s: float = 120.0
@@ -116,6 +118,7 @@ class SynthConfig:
                 "target_ms": min(max(sizing.target_ms[self.backend], low), high),
                 "max_tensor_bytes": sizing.max_tensor_bytes[self.backend], "warmup_reps": self.warmup_reps,
                 "timing_reps": self.timing_reps, "timing_budget_s": self.timing_budget_s, "draws": self.draws,
+                "output_rms": list(self.output_rms),
                 "seed": self.seed, "batch_name": BATCH}
 
 
