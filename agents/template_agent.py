@@ -159,6 +159,7 @@ class Stage:
     params: dict[str, Any]
     epilogue: tuple = V
     operands: list[Operand] = field(default_factory=list)
+    finished: bool = False      # its epilogue is fixed (its output was read as it stands)
 
 
 @dataclass
@@ -327,21 +328,20 @@ class _Tracer:
             raise Unsupported("a transposed view is used by something other than a matrix product")
         producer = value.producer
         if producer is not None and producer.epilogue == V and not producer.operands and _uses_v(value.expr) \
-                and producer.out.shape == value.shape and not getattr(producer, "_finished", False):
+                and producer.out.shape == value.shape and not producer.finished:
             if value.expr == V:
-                producer._finished = True
+                producer.finished = True
                 value.buffer = producer.out
                 return producer.out
             producer.epilogue = value.expr
             producer.operands = list(value.operands)
-            producer._finished = True
+            producer.finished = True
             value.buffer = producer.out
             return producer.out
         expr, operands = value.expr, list(value.operands)
         if producer is not None:
             raw = producer.out
-            if not getattr(producer, "_finished", False):
-                producer._finished = True
+            producer.finished = True
             if producer.epilogue != V:
                 raise Unsupported("a stage's raw output is needed after its epilogue was fused (not supported)")
             expr = _replace_v(expr, ("op", len(operands)))
@@ -614,9 +614,9 @@ class _Tracer:
         xb = self.materialise(x)
         nd = len(xb.shape) - 2
 
-        def three(v: Any, fill: int) -> tuple[int, int, int]:
+        def three(v: Any, fill: int) -> tuple[int, ...]:
             v = tuple(v) if isinstance(v, (tuple, list)) else (v,) * nd
-            return ((fill,) * (3 - nd) + tuple(int(t) for t in v))  # type: ignore[return-value]
+            return (fill,) * (3 - nd) + tuple(int(t) for t in v)
 
         if isinstance(module.padding, str):
             if module.padding == "valid":
@@ -898,7 +898,6 @@ class _Tracer:
         if math.prod(out_shape) != buf.numel:
             raise Unsupported("view changes the element count")
         view = Buffer(buf.ref, tuple(out_shape), buf.dtype, buf.kind)
-        view.view_of = buf  # type: ignore[attr-defined]
         return _Value(tuple(out_shape), ("op", 0), [Operand(view, tuple(out_shape))], buffer=view, dtype=buf.dtype)
 
     def _transpose(self, x: _Value, name: str, dims: Sequence[Any], out_shape: tuple) -> _Value:
@@ -1289,7 +1288,7 @@ def render_candidate(plan: Plan, knobs: dict[str, Any]) -> str:
     protos = ",\n    ".join(repr(l.prototype) for l in launches)
     temps: dict[str, Buffer] = {}
     for stage in stages:
-        if stage.out.ref not in temps and not hasattr(stage.out, "view_of"):
+        if stage.out.ref not in temps:
             temps[stage.out.ref] = stage.out
     lines = [f"    def forward(self, {', '.join(plan.input_names)}):"]
     for buf in plan.inputs:
