@@ -186,3 +186,16 @@ def test_solve_command_rejects_bad_arguments(tmp_path, capsys):
     assert main(["solve", "--tasks", "builtin/L1/gelu", "--sb3-model", str(tmp_path / "none.zip"),
                  "--backend", "cpu"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("task_id", CPU_CORRECTNESS + ["builtin/L1/softmax", "builtin/L1/matmul"])
+def test_rendered_candidates_are_correct_on_cuda(cuda_evaluator, task_id):
+    task = get_task(task_id)
+    plan = plan_task(task, "cuda")
+    space = KnobSpace.for_plan(plan)
+    rng = random.Random(task_id)
+    for action in (space.default(), space.sample(rng)):  # the default and one random configuration
+        result = cuda_evaluator.evaluate(task, render_candidate(plan, space.values(action)))
+        assert result.correct, (action, result.error_code, result.message, result.compile_log[-1500:],
+                                result.runtime_log[-1500:])
