@@ -87,35 +87,51 @@ def flatten_outputs(output: Any) -> list[Any]:
 ELEMENTWISE_ATOL_SCALE = 1e-4  # absolute tolerance, relative to the reference's RMS
 
 
+STATS_CHUNK_ELEMENTS = 1 << 24  # outputs are compared in chunks: temporaries stay at 64 MB (fp32), not 5x the output
+
+
 def output_stats(out: "torch.Tensor", ref: "torch.Tensor", config: EvalConfig) -> dict[str, float]:
     """Error statistics of one output against its reference, in float64 on their device.
-    The same function runs in the evaluator (CPU tensors) and, for large outputs, in the worker."""
+    The same function runs in the evaluator (CPU tensors) and, for large outputs, in the worker,
+    chunk by chunk, so that comparing a 6 GiB output does not allocate several more."""
     import torch
 
+    out, ref = out.reshape(-1), ref.reshape(-1)
+    chunks = range(0, ref.numel(), STATS_CHUNK_ELEMENTS)
     if not ref.is_floating_point():
-        mismatches = int(torch.count_nonzero(out != ref))
+        mismatches = sum(int(torch.count_nonzero(out[i:i + STATS_CHUNK_ELEMENTS] != ref[i:i + STATS_CHUNK_ELEMENTS]))
+                         for i in chunks)
         return {"nonfinite": 0.0, "abs": float(mismatches), "rel": float(mismatches > 0),
                 "norm": float(mismatches > 0), "bad": float(mismatches), "worst": -1.0}
-    if not bool(torch.isfinite(out).all()):
-        nonfinite = int(torch.count_nonzero(~torch.isfinite(out)))
+    nonfinite = sum(int(torch.count_nonzero(~torch.isfinite(out[i:i + STATS_CHUNK_ELEMENTS]))) for i in chunks)
+    if nonfinite:
         return {"nonfinite": float(nonfinite), "abs": float("inf"), "rel": float("inf"), "norm": float("inf"),
                 "bad": float(nonfinite), "worst": -1.0}
-    # Differences of two fp32 values are exact to fp32 rounding; norms accumulate in float64.
-    diff = (out - ref).abs_()
-    ref_abs = ref.abs()
-    ref_norm = float(torch.linalg.vector_norm(ref, dtype=torch.float64))
+    ref_norm = sum(float(torch.linalg.vector_norm(ref[i:i + STATS_CHUNK_ELEMENTS], dtype=torch.float64)) ** 2
+                   for i in chunks) ** 0.5
     scale = ref_norm / max(ref.numel(), 1) ** 0.5
-    allowed = ref_abs.mul_(config.elementwise_rtol).add_(ELEMENTWISE_ATOL_SCALE * scale + 1e-7)
-    excess = diff - allowed
-    bad = int(torch.count_nonzero(excess > 0))
-    rel = (diff / ref.abs().clamp_min_(1e-6)).max() if diff.numel() else torch.tensor(0.0)
+    max_abs, max_rel, diff_sq, bad, worst, worst_excess = 0.0, 0.0, 0.0, 0, -1, float("-inf")
+    for i in chunks:
+        o, r = out[i:i + STATS_CHUNK_ELEMENTS], ref[i:i + STATS_CHUNK_ELEMENTS]
+        # Differences of two fp32 values are exact to fp32 rounding; norms accumulate in float64.
+        diff = (o - r).abs_()
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = max(max_rel, float((diff / r.abs().clamp_min_(1e-6)).max()))
+        diff_sq += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
+        excess = diff - r.abs().mul_(config.elementwise_rtol).add_(ELEMENTWISE_ATOL_SCALE * scale + 1e-7)
+        chunk_bad = int(torch.count_nonzero(excess > 0))
+        if chunk_bad:
+            bad += chunk_bad
+            position = int(torch.argmax(excess))
+            if float(excess[position]) > worst_excess:
+                worst_excess, worst = float(excess[position]), i + position
     return {
         "nonfinite": 0.0,
-        "abs": float(diff.max()) if diff.numel() else 0.0,
-        "rel": float(rel),
-        "norm": float(torch.linalg.vector_norm(diff, dtype=torch.float64)) / max(ref_norm, 1e-30),
+        "abs": max_abs,
+        "rel": max_rel,
+        "norm": diff_sq ** 0.5 / max(ref_norm, 1e-30),
         "bad": float(bad),
-        "worst": float(torch.argmax(excess)) if bad else -1.0,
+        "worst": float(worst),
     }
 
 

@@ -139,6 +139,21 @@ class _Probe:
         return [float((values * weights).sum()), float((values.abs() * weights).sum())]
 
 
+_CHECKSUM_CHUNK = 1 << 24
+
+
+def _sum_and_l1(value: torch.Tensor) -> list[float]:
+    """Sum and L1 norm in float64, chunk by chunk (vector_norm's dtype argument casts the whole
+    tensor first: a 12 GiB float64 copy of a 6 GiB output)."""
+    flat = value.reshape(-1)
+    total, l1 = 0.0, 0.0
+    for start in range(0, flat.numel(), _CHECKSUM_CHUNK):
+        chunk = flat[start:start + _CHECKSUM_CHUNK]
+        total += float(chunk.sum(dtype=torch.float64))
+        l1 += float(chunk.abs().sum(dtype=torch.float64))
+    return [total, l1]
+
+
 def _checksum(output: Any, probe: _Probe | None = None) -> list[float]:
     """Sum and L1 norm of each output, accumulated in float64 (no float64 copy of the output).
     With `probe`, each output is first read at secret positions (right after the call returned, so
@@ -160,8 +175,7 @@ def _checksum(output: Any, probe: _Probe | None = None) -> list[float]:
             value = value.detach()
             if not value.is_floating_point():
                 value = value.double()
-            sums += [float(value.sum(dtype=torch.float64)),
-                     float(torch.linalg.vector_norm(value, 1, dtype=torch.float64))]
+            sums += _sum_and_l1(value)
         else:
             sums += [float(value), abs(float(value))]
     return sums + probes
@@ -246,12 +260,20 @@ class _TaskSetup:
         self.reference_outputs: list[list[torch.Tensor] | None] = []
         self.timing_sets: list[list[Any]] = []
         used = memory.device_used_bytes(device)
+        # The first reference pass measures the outputs and the reference's own workspace (beyond
+        # its copy of the inputs, which the plan counts apart).
+        first_inputs = [_clone(v) for v in self.base]
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        self.first_output = self.reference_output(0)  # the first reference pass measures the outputs
+        with_copy = memory.device_used_bytes(device)
+        self.first_output = self.reference_output(0, first_inputs)
+        del first_inputs
+        if not _finite(self.first_output):
+            self.fallback.add(0)
+            self.first_output = self.reference_output(0)
         self.output_nbytes = [o.numel() * o.element_size() for o in self.first_output]
         output_bytes = sum(self.output_nbytes)
-        extra = (torch.cuda.max_memory_allocated() - used - output_bytes) if device == "cuda" else output_bytes
+        extra = (torch.cuda.max_memory_allocated() - with_copy - output_bytes) if device == "cuda" else output_bytes
         self.plan = memory.plan_memory(
             input_bytes=memory.tensor_bytes(self.base), output_bytes=output_bytes,
             reference_extra_bytes=max(0, int(extra)), used_bytes=used,
@@ -269,7 +291,8 @@ class _TaskSetup:
         """The reference's outputs on draw `index` (or on `inputs`, that draw already made). A
         draw whose outputs are not finite is replaced, once, by a plain shuffle of the base."""
         def forward(values: list[Any]) -> list[torch.Tensor]:
-            values = [_clone(v) for v in values] if index == 0 else values  # the base stays pristine
+            if any(a is b for a, b in zip(values, self.base)):
+                values = [_clone(v) for v in values]  # the base stays pristine
             return [_as_tensor(v) for v in flatten_outputs(self.model(*values))]
 
         with torch.no_grad():
@@ -284,7 +307,7 @@ class _TaskSetup:
         out), kept resident where the plan allows and freed otherwise."""
         for index in range(self.trial_count):
             outputs = self.first_output if index == 0 else self.reference_output(index)
-            self.distributions.append(self.draw(index).distribution if index else "task")
+            self.distributions.append(self.draw(index).distribution)
             describe(index, outputs)
             self.reference_outputs.append(outputs if index < self.plan.resident_outputs else None)
             del outputs
@@ -477,22 +500,40 @@ def _setup_or_error(channel: _Channel, job: dict, device: str) -> _TaskSetup | N
 
 
 def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
+    """Eager and torch.compile times of the reference, timed under an eval worker's conditions:
+    the same history up to the timing (the trials' reference outputs made, timing sets and
+    checksums, memory scrubbed, the tamper check armed, a fresh instance of the model given the
+    reference's weights) and the same timed calls (fresh rotated inputs, checksums, audits). On
+    the H200 each of those steps moved a host-bound model's time by up to 25% in one process
+    (timing_parity_cuda_h200_2026-12-01_call3.json), so only the same history times the reference
+    submitted as its own candidate at 1.00x."""
     config = job["config"]
     setup = _setup_or_error(channel, job, device)
     if setup is None:
         return
+    setup.prepare_trials(lambda index, outputs: None)
     setup.prepare_timing_sets()
+    probe = _Probe(secrets.randbits(62))
+    variants, _ = _reference_checksums(setup, config, probe)
+    memory.scrub_freed(device, setup.output_nbytes)
+    guard.count_native_calls()
+    guard.TamperCheck(device, "permissive")  # armed as for a candidate; dynamo stays allowed for the compile baseline
+    torch.manual_seed(job["seed"])
+    with torch.device(device):
+        model = setup.namespace["Model"](*setup.init_inputs)
+    model.load_state_dict(setup.model.state_dict())
+    model = model.to(device).eval()
     result: dict[str, Any] = {"memory": setup.plan.to_meta()}
     if "eager" in config["baselines"]:
-        stats, _, _ = _time_model(setup.model, setup, device, config)
+        stats, _, _ = _time_model(model, setup, device, config, variants, probe, _Audit("permissive"))
         result["eager"] = _stats_meta(stats)
     if "compile" in config["baselines"]:
-        compiled = torch.compile(setup.model)
+        compiled = torch.compile(model)
         started = _perf_counter()
         with torch.no_grad():
             compiled(*[_clone(v) for v in setup.timing_sets[0]])
         result["compile_warmup_s"] = _perf_counter() - started
-        stats, _, _ = _time_model(compiled, setup, device, config)
+        stats, _, _ = _time_model(compiled, setup, device, config, variants, probe)
         result["compile"] = _stats_meta(stats)
     if device == "cuda":
         result["memory"]["peak_gib"] = round(torch.cuda.max_memory_reserved() / memory.GIB, 3)
@@ -720,7 +761,7 @@ def worker_main(conn: Any, setup: dict) -> None:
             channel.send("probe", info)
             return
         device_name = "" if setup["role"] == "build" else _init_device(backend, setup.get("cpu_threads"))
-        if setup["role"] == "eval":
+        if setup["role"] in ("eval", "baseline"):
             guard.prescan_code()  # the tripwire's walk of the evaluator's code, done while a spare
         if cuda_first:
             failed += sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
