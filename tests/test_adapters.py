@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import importlib.util
 import inspect
 import json
 import math
@@ -323,3 +324,42 @@ def test_verl_episode_without_a_judged_step_and_bad_config(cpu_evaluator):
     with pytest.raises(ValueError, match="unknown cuda_gym agent-loop settings"):
         verl_adapter.VerlLoopConfig.from_mapping({"max_turn": 3})
     assert verl_adapter.VerlLoopConfig.from_mapping({"levels": [1, 2]}).levels == (1, 2)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("verl") is None,
+                    reason="verl is not installed (not a CI dependency: it pins its own transformers)")
+def test_verl_real_agent_loop_interface(cpu_evaluator, monkeypatch):
+    """Against verl itself, where it is installed. The LLM server is still the scripted
+    stand-in: no vLLM / SGLang here."""
+    import verl.experimental.agent_loop.agent_loop as agent_loop_module
+    import hydra
+    from omegaconf import OmegaConf
+
+    loop_cls = verl_adapter.CudaGymAgentLoop
+    assert issubclass(loop_cls, agent_loop_module.AgentLoopBase)
+    assert agent_loop_module._agent_loop_registry["cuda_gym_agent"] == {
+        "_target_": "agents.adapters.verl.CudaGymAgentLoop"}
+    monkeypatch.setattr(verl_adapter, "shared_evaluator", lambda config: cpu_evaluator)
+
+    tokenizer = _byte_tokenizer()
+    env = KernelEnv(backend="cpu", evaluator=cpu_evaluator)
+    (row,) = verl_adapter.verl_rows([get_task(GELU_TASK)], env)
+    server = _ScriptedServer(tokenizer, ["#! submit\n```python\n" + GOOD + "```"])
+    # an agent_loop_config_path entry, instantiated the way verl's AgentLoopWorker does it
+    entry = OmegaConf.create({"name": "cuda_gym_agent", "_target_": "agents.adapters.verl.CudaGymAgentLoop",
+                              "cuda_gym": {"backend": "cpu", "max_turns": 2}})
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 16384, "response_length": 20000}},
+                               "data": {}})
+    agent_loop = hydra.utils.instantiate(
+        config=entry, trainer_config=agent_loop_module.DictConfigWrap(config=config), server_manager=server,
+        tokenizer=tokenizer, processor=None, hf_model_type=None, dataset_cls=None,
+        data_config=agent_loop_module.DictConfigWrap(config.data), tools=agent_loop_module.ToolListWrap([]))
+    assert isinstance(agent_loop, loop_cls) and agent_loop.cuda_gym_config.max_turns == 2
+    output = asyncio.run(agent_loop.run({"temperature": 1.0}, raw_prompt=row["prompt"], extra_info=row["extra_info"],
+                                        agent_name="cuda_gym_agent", index=0))
+    assert isinstance(output, agent_loop_module.AgentLoopOutput)  # verl's pydantic model accepted our fields
+    assert [s["verdict"] for s in output.extra_fields["steps"]] == ["OK"] and output.reward_score >= 1.0
+    batch = output.as_dict()  # what verl's postprocessing reads
+    assert batch["rm_scores"][-1] == pytest.approx(output.reward_score)
+    assert batch["responses"].tolist() == output.response_ids and int(batch["response_mask"].sum()) == len(
+        output.response_ids)
