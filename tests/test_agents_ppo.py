@@ -334,7 +334,12 @@ def test_one_ppo_update_on_trajectories_from_the_rollout(cpu_evaluator, tmp_path
     from .helpers import GELU_TASK
     from .test_agents_transformers import tiny_chat_model
 
-    model, tokenizer = tiny_chat_model([WORKFLOW_GUIDE, "#! check\n```python\nclass ModelNew(nn.Module):\n```"])
+    from cuda_gym.envs import KernelEnv
+
+    env = KernelEnv(backend="cpu", max_turns=2)  # writing a CPU prompt starts nothing
+    prompt, _ = env.reset(options={"task_id": GELU_TASK})
+    env.close()
+    model, tokenizer = tiny_chat_model([prompt, WORKFLOW_GUIDE])  # a BPE that knows the prompt: short ids
     chat = TransformersChat(model, tokenizer, sampling=SamplingConfig(temperature=1.0, max_new_tokens=12))
     rollout(chat, [get_task(GELU_TASK)], cpu_evaluator, tmp_path / "rollout",
             RolloutConfig(episodes_per_task=2, max_turns=2, reward_mode="final", concurrency=1), backend="cpu",
@@ -432,3 +437,40 @@ def test_lora_policy_trains_only_its_adapters_with_kl_to_its_base_weights():
         if key in base:
             assert torch.equal(value, base[key]), name
     assert first["kl_to_reference"] == pytest.approx(0.0, abs=1e-6) and second["kl_to_reference"] > 0
+
+
+def test_train_command_with_a_local_checkpoint_through_the_rollout(tmp_path, capsys):
+    pytest.importorskip("tokenizers")
+    import json
+
+    from agents.ppo.cli import load_model
+    from cuda_gym.cli import main
+
+    from .helpers import GELU_TASK
+    from .test_agents_transformers import tiny_chat_model
+
+    from agents.react import WORKFLOW_GUIDE
+    from cuda_gym.envs import KernelEnv
+
+    env = KernelEnv(backend="cpu", max_turns=1)  # writing a CPU prompt starts nothing
+    prompt, _ = env.reset(options={"task_id": GELU_TASK})
+    env.close()
+    model, tokenizer = tiny_chat_model([prompt, WORKFLOW_GUIDE])  # a BPE that knows the prompt: short ids
+    model.save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    out = tmp_path / "run"
+    code = main(["train", "--algo", "ppo", "--model", str(tmp_path / "ckpt"), "--tasks", GELU_TASK, "--backend", "cpu",
+                 "--device", "cpu", "--updates", "1", "--episodes-per-task", "2", "--max-turns", "1",
+                 "--max-new-tokens", "8", "--critic", "head", "--out", str(out), "--no-progress"])
+    assert code == 0, capsys.readouterr()
+    (line,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert line["episodes"] == 2 and line["turns"] == 2 and line["logprob_gap"] < 1e-4
+    assert (out / "rollouts" / "update_1" / "summary.json").exists()
+    assert (out / "checkpoints" / "final" / "actor" / "tokenizer_config.json").exists()
+    # A folder with only a config and a tokenizer gives a randomly initialised model of that shape.
+    model.config.save_pretrained(tmp_path / "shape")
+    tokenizer.save_pretrained(tmp_path / "shape")
+    fresh, _ = load_model(str(tmp_path / "shape"), "cpu")
+    assert sum(p.numel() for p in fresh.parameters()) == sum(p.numel() for p in model.parameters())
+    assert main(["train", "--model", str(tmp_path / "nowhere"), "--tasks", GELU_TASK, "--out", str(tmp_path / "z")]) == 2
+    assert "not a folder" in capsys.readouterr().err
