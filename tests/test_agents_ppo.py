@@ -119,6 +119,12 @@ def test_turns_without_token_ids_are_refused_with_a_clear_error():
         Turn(index=1, messages=[], reply="x", command="check", observation="", reward=1.0, error_code="OK")])
     with pytest.raises(ValueError, match="TransformersChat"):
         turn_samples([trajectory])
+    damaged = Trajectory(task_id="t", level=1, episode=0, backend="test", model="m",
+                         turns=[make_turn(1, [1], [3, 4], [-1.0])])
+    with pytest.raises(ValueError, match="2 token ids but 1 logprobs"):
+        turn_samples([damaged])
+    with pytest.raises(ValueError, match="no trajectories"):
+        PPOTrainer(tiny_llama(), PPOConfig(critic="head")).update([])
 
 
 # ------------------------------------------------------------------------------- clipped losses

@@ -135,6 +135,9 @@ class PPOTrainer:
         recorded); returns the update's metrics (see `docs/training.md`)."""
         cfg = self.config
         started = time.perf_counter()
+        if not trajectories:
+            raise ValueError("no trajectories to train on: the rollout returned none (see its trajectories.jsonl "
+                             "for episodes that failed)")
         samples = turn_samples(trajectories, cfg.reward_placement)
         scored = self.score(samples)
         old_values = scored["values"]
