@@ -139,6 +139,7 @@ class PPOTrainer:
             raise ValueError("no trajectories to train on: the rollout returned none (see its trajectories.jsonl "
                              "for episodes that failed)")
         samples = turn_samples(trajectories, cfg.reward_placement)
+        # 1. Values, and the logprobs the trainer computes for the recorded tokens, before any step.
         scored = self.score(samples)
         old_values = scored["values"]
         old_logprobs = [s.old_logprobs for s in samples]
