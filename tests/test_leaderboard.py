@@ -206,8 +206,12 @@ def test_leaderboard_on_cpu_solutions_wrong_slow_broken_and_missing(tmp_path, ta
     (folder / "L2" / "not_a_task.py").write_text("pass")
     # builtin/L1/cumsum has no submission
     submissions = read_submissions(folder, tasks)
+    log = tmp_path / "eval_results.jsonl"
     record = run_leaderboard(submissions, tasks, cpu_evaluator, name="mixed", origin=str(folder), suite="tasks",
-                             progress=False)
+                             progress=False, results_log=log)
+    logged = [json.loads(line) for line in log.read_text().splitlines()]  # each verdict as it came in
+    assert sorted(e["task_id"] for e in logged) == sorted(record["eval_results"])
+    assert {e["seed"] for e in logged} == {record["seed"]["value"]}
     verdicts = {e["task_id"]: e["verdict"] for e in record["results"]}
     assert verdicts == {"builtin/L1/softmax": "OK", "builtin/L1/gelu": "OK", "builtin/L1/sum_dim": "INCORRECT",
                         "builtin/L1/cumsum": "MISSING", "builtin/L2/bias_scale_sigmoid": "COMPILE_ERROR"}

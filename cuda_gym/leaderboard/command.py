@@ -73,9 +73,14 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     seed_note = "the seed is secret until the end" if args.seed is None else f"seed {args.seed} (given)"
     print(f"cuda-gym leaderboard: {len(submissions.by_task)} submissions for {len(tasks)} tasks "
           f"({len(submissions.unmatched)} not matching any task); {seed_note}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results_log = out / "eval_results.jsonl"  # each verdict as it comes: an interrupted run keeps them
+    results_log.unlink(missing_ok=True)
     with Evaluator(args.backend, evaluator_config(args)) as evaluator:
         record = run_leaderboard(submissions, tasks, evaluator, seed=args.seed, name=name, origin=str(path),
-                                 suite=args.suite or "tasks", failure_speedup=args.failure_speedup)
+                                 suite=args.suite or "tasks", failure_speedup=args.failure_speedup,
+                                 results_log=results_log)
     paths = write_leaderboard(record, args.out, compare=compare, compare_path=args.compare or "",
                               plots=not args.no_plots)
     overall = record["summary"]["overall"]

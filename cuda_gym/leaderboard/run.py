@@ -34,12 +34,15 @@ def draw_secret_seed() -> int:
 
 def run_leaderboard(submissions: Submissions, tasks: "list[Task]", evaluator: Any, *, seed: int | None = None,
                     name: str = "submissions", origin: str = "", suite: str = "",
-                    failure_speedup: float = DEFAULT_FAILURE_SPEEDUP, progress: bool = True) -> dict[str, Any]:
+                    failure_speedup: float = DEFAULT_FAILURE_SPEEDUP, progress: bool = True,
+                    results_log: str | Path | None = None) -> dict[str, Any]:
     """Evaluate every task's submission and return the leaderboard record (see docs/leaderboard.md).
 
     seed: None draws a secret seed (the default: hidden-seed mode); an int repeats a revealed run.
     A task without a submission, or whose trajectory had no candidate, is a failure (verdict
     MISSING or INVALID_ACTION); nothing is skipped.
+    results_log: a JSONL file to which each verdict is appended as soon as it is in
+    (`{"task_id", "seed", "result"}`), so an interrupted run keeps what it judged.
     """
     from ..eval.result import ErrorCode, EvalResult
 
@@ -72,6 +75,9 @@ def run_leaderboard(submissions: Submissions, tasks: "list[Task]", evaluator: An
     for future in completed:
         task = futures[future]
         results[task.id] = future.result()
+        if results_log is not None:
+            with open(results_log, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"task_id": task.id, "seed": seed, "result": results[task.id].to_dict()}) + "\n")
 
     rows, entries = [], []
     for task in sorted(tasks, key=lambda t: (t.level, t.id)):
