@@ -2,7 +2,8 @@
 """Task synthesis at scale: run the whole `cuda_gym.synth` pipeline once and record what it did.
 
     python benchmarks/synth_scale.py --backend cpu --n 500                       # this machine
-    python benchmarks/synth_scale.py --backend cuda --n 1000 --compile-check 50 --time-budget 420 --out $OUT
+    CUDA_GYM_KERNELBENCH=.kb python benchmarks/synth_scale.py --backend cuda --n 1000 --compile-check 50 \
+        --workers 12 --time-budget 240 --no-progress --out $OUT                 # an H200 host, ~6-8 min
 
 It writes the tasks into --tasks-out (default: a temporary directory, removed afterwards), loads
 them back as the `synth` suite, and writes JSON (default

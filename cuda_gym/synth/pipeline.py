@@ -194,6 +194,62 @@ def _check_job(candidate: SynthTask, config: SynthConfig, kind: str) -> dict[str
             "sizes": candidate.plan.sizes(config.backend), "config": config.filter_settings()}
 
 
+def _compose_round(composer: Composer, indices: range, seen: dict[str, int], funnel: Counter,
+                   rejected: list[dict[str, Any]]) -> list[SynthTask]:
+    """Compose and render `indices`; drop plans that fail and programs seen before (normalized hash)."""
+    batch = []
+    for plan in compose_many(composer, indices):
+        funnel["composed"] += 1
+        if isinstance(plan, PlanError):
+            funnel["compose_failed"] += 1
+            rejected.append({"stage": "compose_failed", "message": str(plan)})
+            continue
+        source = render(plan)
+        digest = normalized_hash(source)
+        if digest in seen:
+            funnel["duplicate"] += 1
+            rejected.append({"candidate": plan.index, "name": plan.name, "stage": "duplicate",
+                             "message": f"same program as candidate {seen[digest]}"})
+            continue
+        seen[digest] = plan.index
+        batch.append(SynthTask(plan, source, digest))
+    return batch
+
+
+def _decontaminate(batch: list[SynthTask], index: KernelBenchIndex | None, funnel: Counter,
+                   contaminated: list[dict[str, Any]]) -> list[SynthTask]:
+    clean = []
+    for candidate in batch:
+        match = index.match(candidate.source) if index is not None else None
+        if match is None:
+            clean.append(candidate)
+            continue
+        funnel[f"contaminated_{match.test}"] += 1
+        contaminated.append(_contamination_record(candidate, match))
+    return clean
+
+
+def _filter_round(clean: list[SynthTask], config: SynthConfig, pool: CheckPool, funnel: Counter,
+                  rejected: list[dict[str, Any]], desc: str) -> list[SynthTask]:
+    """The execution checks of `clean` in the workers; the passing tasks, re-rendered at their measured sizes."""
+    funnel["checked"] += len(clean)
+    results = pool.run([_check_job(c, config, "check") for c in clean], config.task_timeout_s, desc=desc,
+                       progress=config.progress)
+    passed = []
+    for candidate, result in zip(clean, results):
+        if not result.get("ok"):
+            funnel[result.get("stage", "crash")] += 1
+            rejected.append({"candidate": candidate.plan.index, "name": candidate.plan.name,
+                             "stage": result.get("stage"), "message": str(result.get("message", ""))[:400],
+                             "eager_ms": result.get("eager_ms")})
+            continue
+        funnel["passed_execution"] += 1
+        plan = candidate.plan.with_sizes(config.backend, result["sizes"])
+        passed.append(SynthTask(plan, render(plan), candidate.hash, eager_ms=result.get("eager_ms"),
+                                calibrated=bool(result.get("calibrated")), outputs=result.get("outputs", [])))
+    return passed
+
+
 def synthesize(config: SynthConfig, composer: Composer | None = None,
                kernelbench_index: KernelBenchIndex | None = None) -> SynthResult:
     """Run the pipeline (see the module docstring). Raises DataNotFoundError when decontamination is
@@ -227,52 +283,17 @@ def synthesize(config: SynthConfig, composer: Composer | None = None,
             count = _round_size(config.n - len(kept), checked, len(kept), config.candidate_budget - next_index,
                                 workers)
             stage_start = time.perf_counter()
-            batch: list[SynthTask] = []
-            for plan in compose_many(composer, range(next_index, next_index + count)):
-                funnel["composed"] += 1
-                if isinstance(plan, PlanError):
-                    funnel["compose_failed"] += 1
-                    rejected.append({"stage": "compose_failed", "message": str(plan)})
-                    continue
-                source = render(plan)
-                digest = normalized_hash(source)
-                if digest in seen:
-                    funnel["duplicate"] += 1
-                    rejected.append({"candidate": plan.index, "name": plan.name, "stage": "duplicate",
-                                     "message": f"same program as candidate {seen[digest]}"})
-                    continue
-                seen[digest] = plan.index
-                batch.append(SynthTask(plan, source, digest))
+            batch = _compose_round(composer, range(next_index, next_index + count), seen, funnel, rejected)
             seconds["compose"] += time.perf_counter() - stage_start
             next_index += count
             stage_start = time.perf_counter()
-            clean = []
-            for candidate in batch:
-                match = index.match(candidate.source) if index is not None else None
-                if match is None:
-                    clean.append(candidate)
-                    continue
-                funnel[f"contaminated_{match.test}"] += 1
-                contaminated.append(_contamination_record(candidate, match))
+            clean = _decontaminate(batch, index, funnel, contaminated)
             seconds["decontaminate"] += time.perf_counter() - stage_start
             stage_start = time.perf_counter()
-            funnel["checked"] += len(clean)
             checked += len(clean)
-            results = pool.run([_check_job(c, config, "check") for c in clean], config.task_timeout_s,
-                               desc=f"checking candidates {next_index - count}-{next_index - 1}",
-                               progress=config.progress)
+            kept += _filter_round(clean, config, pool, funnel, rejected,
+                                  desc=f"checking candidates {next_index - count}-{next_index - 1}")
             seconds["execution_filter"] += time.perf_counter() - stage_start
-            for candidate, result in zip(clean, results):
-                if not result.get("ok"):
-                    funnel[result.get("stage", "crash")] += 1
-                    rejected.append({"candidate": candidate.plan.index, "name": candidate.plan.name,
-                                     "stage": result.get("stage"), "message": str(result.get("message", ""))[:400],
-                                     "eager_ms": result.get("eager_ms")})
-                    continue
-                funnel["passed_execution"] += 1
-                plan = candidate.plan.with_sizes(config.backend, result["sizes"])
-                kept.append(SynthTask(plan, render(plan), candidate.hash, eager_ms=result.get("eager_ms"),
-                                      calibrated=bool(result.get("calibrated")), outputs=result.get("outputs", [])))
         kept.sort(key=lambda t: t.plan.index)
         funnel["surplus"] = max(0, len(kept) - config.n)
         kept = kept[: config.n]
