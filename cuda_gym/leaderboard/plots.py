@@ -49,13 +49,14 @@ def plot_fast_p(record: dict[str, Any], path: Path, compare: dict[str, Any] | No
     plt = _pyplot()
     measured = _measured(record) or ["eager"]
     rows = rows_of(record)
-    largest = max([s for r in rows for b in measured if (s := r.speedup(b)) is not None] + [2.0])
+    shown = rows + (rows_of(compare) if compare is not None else [])
+    largest = max([s for r in shown for b in measured if (s := r.speedup(b)) is not None] + [2.0])
     p_max = min(max(2.5, 1.1 * largest), P_AXIS_MAX)
     grid = [p_max * i / 600 for i in range(601)]
     levels = sorted({r.level for r in rows})
     fig, axes = plt.subplots(1, len(measured), figsize=(6.2 * len(measured), 4.6), squeeze=False, sharey=True)
     for ax, baseline in zip(axes[0], measured):
-        for index, level in enumerate(levels):
+        for index, level in enumerate(levels if len(levels) > 1 else []):  # one level: its line is the overall one
             level_rows = [r for r in rows if r.level == level]
             ax.step(grid, _fast_curve(level_rows, baseline, grid), where="post", lw=1.6,
                     color=_LEVEL_COLOURS[index % len(_LEVEL_COLOURS)], label=f"L{level} ({_tasks(len(level_rows))})")

@@ -101,6 +101,11 @@ def _comparison(record: dict[str, Any], compare: dict[str, Any]) -> list[str]:
     lines = [f"## Compared with {other_name}", "",
              f"{other_name}: {compare.get('date', '')}, backend {compare.get('backend')} ({compare.get('device')}), "
              f"seed {compare.get('seed', {}).get('value')}.", ""]
+    ours = {e["task_id"] for e in record["results"]}
+    theirs = {e["task_id"] for e in compare["results"]}
+    if ours != theirs:
+        lines += [f"The runs judged different tasks ({len(ours)} here, {len(theirs)} there, {len(ours & theirs)} in "
+                  "both): their rates and geomeans are over different sets.", ""]
     measured = [b for b in _measured(record) if b in compare["config"]["baselines"]]
     header = ["level", "metric", record["name"], other_name, "difference"]
     body = []
