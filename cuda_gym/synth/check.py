@@ -8,7 +8,7 @@ rescaled towards the target time, a power of two within the memory cap, up to
 must leave its inputs unchanged), magnitude (each floating output's RMS within `output_rms`, as
 docs/task-format.md asks for O(0.1-100) outputs: near-zero results of cancellation are compared
 mostly by rounding), determinism (two forwards give bitwise-equal outputs), and the
-evaluator's own input draws (`cuda_gym.eval.correctness.make_draws`: every draw's output finite,
+evaluator's own input draws (`cuda_gym.eval.correctness.make_draw`: every draw's output finite,
 and `degeneracy` finds the outputs distinguishable across draws). `compile_task(job)` runs the
 task under `torch.compile` and compares it with eager at the fp32 tolerance of `EvalConfig`.
 
@@ -27,9 +27,8 @@ from typing import Any
 
 import torch
 
-from ..eval import correctness
 from ..eval.config import EvalConfig
-from ..eval.correctness import degeneracy, flatten_outputs, judge_stats, output_stats
+from ..eval.correctness import degeneracy, flatten_outputs, judge_stats, make_draw, output_stats
 from ..tasks.task import load_task_namespace
 
 DEGENERACY_SAMPLE = 2**20  # elements per output compared across draws
@@ -126,13 +125,6 @@ def _calibrated_batch(batch: int, eager_ms: float, config: dict[str, Any], item_
     return 2 ** int(math.floor(math.log2(value)))
 
 
-def _draws(inputs: list[Any], count: int, seed: int, device: str) -> list[Any]:
-    """The evaluator's input draws (the same distributions a candidate is checked on)."""
-    if hasattr(correctness, "make_draw"):  # per-index draws (cuda_gym.eval.correctness, newer API)
-        return [correctness.make_draw(inputs, index, seed, device) for index in range(count)]
-    return correctness.make_draws(inputs, count, seed, device)
-
-
 def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return len(a) == len(b) and all(x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
                                     for x, y in zip(a, b))
@@ -156,7 +148,8 @@ def _checks(model, inputs, device: torch.device, config: dict[str, Any]) -> list
         del before
         for index, output in enumerate(first):
             if output.is_floating_point() and output.numel():
-                rms = float(torch.linalg.vector_norm(output, dtype=torch.float64)) / output.numel() ** 0.5
+                sample = _sample(output)  # a strided sample: no float64 copy of a GiB-sized output
+                rms = float((sample * sample).mean()) ** 0.5
                 low, high = config["output_rms"]
                 if math.isfinite(rms) and not low <= rms <= high:
                     raise CheckFailed("magnitude", f"output {index} has RMS {rms:.3g}, outside {low:g}-{high:g}: "
@@ -166,7 +159,8 @@ def _checks(model, inputs, device: torch.device, config: dict[str, Any]) -> list
             raise CheckFailed("nondeterministic", "two forwards on the same inputs gave different outputs")
         del second
         samples = []
-        for draw in _draws(inputs, int(config["draws"]), int(config["seed"]), str(device)):
+        for draw_index in range(int(config["draws"])):  # the evaluator's own draws of a candidate's inputs
+            draw = make_draw(inputs, draw_index, int(config["seed"]), str(device))
             outputs = first if draw.distribution == "task" else _outputs(model(*draw.inputs))
             for index, output in enumerate(outputs):
                 if output.is_floating_point() and not bool(torch.isfinite(output).all()):
