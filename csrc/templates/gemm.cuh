@@ -11,7 +11,7 @@
 // (BM/TM) * (BN/TN) threads accumulates a TM x TN sub-tile (rows tm + i*BM/TM, columns tn + j*BN/TN, so
 // stores of a warp are contiguous along n).
 //
-// Knobs (template parameters): BM, BN in {32, 64, 128}; BK in {8, 16, 32}; TM, TN in {2, 4, 8}.
+// Knobs (template parameters): BM, BN in {32, 64, 128}; BK in {8, 16, 32}; TM, TN in {4, 8}.
 // Every combination is valid (threads per block = (BM/TM)*(BN/TN), from 16 to 1024).
 #pragma once
 #include "common.h"
@@ -24,7 +24,7 @@ cg_gemm_kernel(const float* __restrict__ A, const float* __restrict__ B, float* 
     constexpr int RSTEP = BM / TM, CSTEP = BN / TN;
     __shared__ float As[BK][BM];
     __shared__ float Bs[BK][BN];
-    const int64_t b = blockIdx.z, m0 = (int64_t)blockIdx.y * BM, n0 = (int64_t)blockIdx.x * BN;
+    const int64_t b = blockIdx.z, m0 = (int64_t)blockIdx.x * BM, n0 = (int64_t)blockIdx.y * BN;
     const float* Ab = A + b * sAb;
     const float* Bb = B + b * sBb;
     const int tid = threadIdx.x, tm = tid / CSTEP, tn = tid % CSTEP;
@@ -80,8 +80,9 @@ template <int BM, int BN, int BK, int TM, int TN, class E>
 int cg_gemm(const float* A, const float* B, float* C, int64_t batch, int64_t M, int64_t N, int64_t K, int64_t sAb,
             int64_t sAm, int64_t sAk, int64_t sBb, int64_t sBk, int64_t sBn, const E& e, cudaStream_t stream) {
     if (batch <= 0 || M <= 0 || N <= 0) return 0;
-    if (batch > 65535) return (int)cudaErrorInvalidConfiguration;
-    const dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + BM - 1) / BM), (unsigned)batch);
+    if (batch > 65535 || (N + BN - 1) / BN > 65535 || (M + BM - 1) / BM > 2147483647LL)
+        return (int)cudaErrorInvalidConfiguration;
+    const dim3 grid((unsigned)((M + BM - 1) / BM), (unsigned)((N + BN - 1) / BN), (unsigned)batch);
     constexpr int THREADS = (BM / TM) * (BN / TN);
     const bool ak = sAk == 1, bn = sBn == 1;
     if (ak && bn)
