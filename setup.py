@@ -2,7 +2,7 @@
 from setuptools import find_packages, setup
 
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout>=2", "pyarrow>=12", "transformers>=4.56", "openai>=1.30", "matplotlib>=3.5",
+    "test": ["pytest>=7", "pytest-timeout>=2", "pyarrow>=12", "openai>=1.30", "matplotlib>=3.5",
              "stable-baselines3>=2.3", "sb3-contrib>=2.3", "trl>=1.16", "transformers>=5.2", "peft>=0.10"],
     "data": ["pyarrow>=12"],
     "agents": ["openai>=1.30", "transformers>=4.56"],  # agents/llm (4.56: from_pretrained(dtype=))

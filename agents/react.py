@@ -46,9 +46,11 @@ You have a budget of turns; use them to get a correct kernel first, then a fast 
    mind: a faster but wrong kernel is worth nothing.
 6. When it is correct and faster than torch.compile (or you are near the end of your turns),
    send your best candidate with `#! submit`. That ends the episode.
-Strict rules: the forward may only allocate outputs, make views and call your own compiled code;
-PyTorch compute ops in the forward make the verdict FORBIDDEN. Never modify the inputs, never
-cache outputs between calls, never change global settings.
+Strict rules: the forward may allocate outputs, make views, make small constants (zeros, full,
+arange ...) and move or compute on them, and call your own compiled code; PyTorch compute on the
+task's data (inputs, weights, anything made from them) makes the verdict FORBIDDEN. Make constants
+before your first kernel call. Never modify the inputs, never cache outputs between calls, never
+change global settings.
 
 ## Reply format
 Think briefly, then end your reply with exactly one command line and one fenced code block:

@@ -571,8 +571,9 @@ class _Judgement:
         if self.config.policy == "strict":
             if forbidden:
                 ops = ", ".join(f"{op} x{n}" for op, n in sorted(forbidden.items()))
-                return self.verdict(ErrorCode.FORBIDDEN, f"the forward ran PyTorch compute ops ({ops}); under the "
-                                    "strict policy all compute must run in the candidate's own kernels")
+                return self.verdict(ErrorCode.FORBIDDEN, f"the forward ran PyTorch compute ops on the task's data "
+                                    f"({ops}); under the strict policy that compute must run in the candidate's own "
+                                    "kernels (constants made in the forward may be computed and moved)")
             if int(meta.get("native_calls", 0)) == 0:
                 return self.verdict(ErrorCode.FORBIDDEN, "the forward never called the candidate's native code "
                                     "(load_kernels functions or load_inline module functions)")
