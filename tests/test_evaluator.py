@@ -172,3 +172,15 @@ def test_speedups_compare_with_the_cached_baselines():
                          eager_time=stats(2.5))
     Evaluator._set_speedups(checked, EvalConfig(baselines=()))
     assert checked.speedup_vs_eager is None and checked.speedup_vs_compile is None  # `#! check`: no speedups
+
+
+def test_a_full_length_timing_with_audits_keeps_the_worker_alive(cpu_evaluator):
+    """50 timed repeats with the op recorder's audits, as the default config times, in the eval
+    worker and the baseline worker (with the collector off across audited calls, the recorder's
+    objects piled up and both workers died of SIGSEGV on builtin/L3/mlp)."""
+    task = get_task("builtin/L3/mlp")
+    config = EvalConfig(baselines=("eager",), baseline_workers=1, eval_timeout_s=120.0, seed=11)
+    result = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text(), config=config)
+    assert result.ok, (result.message, result.runtime_log[-500:])
+    assert result.candidate_time.reps >= 30 and result.eager_time is not None
+    assert not [flag for flag in result.flags if flag.startswith("baseline_")], result.runtime_log[-500:]

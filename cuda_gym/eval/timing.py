@@ -204,21 +204,23 @@ class Timer:
         `min_reps` repeats are timed, without first using every set."""
         chooser = random.SystemRandom()
         hold = _hold if self.device == "cuda" and _hold else None
-        # No cyclic garbage collection inside the timed calls: when it runs depends on the process's
+        # No cyclic garbage collection inside a timed call: when it runs depends on the process's
         # heap (an eval worker holds far more objects than a baseline worker), so it would time two
-        # processes' calls differently. Collected once before instead.
+        # processes' calls differently. It is off from the repeat's start to its checksum only: with
+        # it off across audited calls too, the op recorder's objects piled up and the process
+        # crashed (SIGSEGV on the CPU backend).
         collecting = gc.isenabled()
         gc.collect()
-        gc.disable()
         try:
-            return self._run(fn, live_inputs, load_set, sets, checksum, audit, cover_sets, chooser, hold)
+            return self._run(fn, live_inputs, load_set, sets, checksum, audit, cover_sets, chooser, hold, collecting)
         finally:
             if collecting:
                 gc.enable()
 
     def _run(self, fn: Callable[..., Any], live_inputs: Sequence[Any], load_set: Callable[[int], None], sets: int,
              checksum: Callable[[Any], list[float]], audit: Callable[[], Any] | None, cover_sets: bool,
-             chooser: random.SystemRandom, hold: tuple | None) -> tuple[TimingStats, list[str], list[list[float]]]:
+             chooser: random.SystemRandom, hold: tuple | None,
+             collecting: bool) -> tuple[TimingStats, list[str], list[list[float]]]:
         with _no_grad():
             for index in range(self.warmup_reps):
                 load_set((self.reps + index) % sets)
@@ -253,6 +255,7 @@ class Timer:
                     sums.append([float(which), *checksum(output)])
                     del output
                     continue
+                gc.disable()
                 if hold and len(wall_ms) >= open_target:
                     if not hold_ns:  # 3x the open repeats' median host issue time (not audited, unlike warm-ups)
                         hold_ns = int(1e6 * min(HOLD_MS[1], max(HOLD_MS[0], 3 * statistics.median(open_issue_ms))))
@@ -290,6 +293,8 @@ class Timer:
                     wall_ms.append((t1 - t0) / 1e6)
                 sums.append([float(which), *checksum(output)])
                 del output
+                if collecting:
+                    gc.enable()
                 covered = rep + 1 >= sets if cover_sets else True
                 if (len(wall_ms) + len(held_ms) >= self.min_reps and len(wall_ms) >= min(open_target, self.min_reps)
                         and covered and _perf_counter_ns() - started > self.budget_ns):
