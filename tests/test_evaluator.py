@@ -184,3 +184,14 @@ def test_a_full_length_timing_with_audits_keeps_the_worker_alive(cpu_evaluator):
     assert result.ok, (result.message, result.runtime_log[-500:])
     assert result.candidate_time.reps >= 30 and result.eager_time is not None
     assert not [flag for flag in result.flags if flag.startswith("baseline_")], result.runtime_log[-500:]
+
+
+def test_both_baselines_are_measured_with_the_default_config(cpu_evaluator):
+    """The compile baseline's first call imports inductor, whose frame lookups the tamper check's
+    tripwire denies: it is compiled before the check is armed (else every baseline worker failed)."""
+    task = get_task("builtin/L1/gelu")
+    config = EvalConfig(baseline_workers=1, eval_timeout_s=120.0, seed=12)
+    result = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text(), config=config)
+    assert result.ok, result.message
+    assert result.eager_time is not None and result.compile_time is not None, result.runtime_log[-500:]
+    assert result.speedup_vs_compile is not None
