@@ -92,3 +92,22 @@ def test_a_task_that_does_not_fit_is_a_task_error_with_numbers(cpu_evaluator):
     assert result.error_code is ErrorCode.TASK_ERROR
     assert "does not fit" in result.message and "GiB" in result.message and "0.05 GiB" in result.message
 
+
+
+def test_draws_whose_reference_is_not_finite_fall_back_to_a_plain_shuffle():
+    source = (
+        "import torch\n"
+        "class Model(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x.sqrt()\n"  # NaN on the negated and centred draws
+        "def get_inputs():\n    return [torch.rand(64, 64)]\n"
+        "def get_init_inputs():\n    return []\n")
+    config = {"correctness_trials": 5, "timing_input_sets": 3, "warmup_reps": 1, "timing_reps": 5,
+              "timing_min_reps": 3, "timing_budget_s": 0.1, "l2_flush": False, "precision": "fp32",
+              "policy": "strict", "baselines": ["eager"], "device_memory_gb": 1}
+    setup = worker._TaskSetup({"task_id": "t", "task_source": source, "sizes": {}, "seed": 0, "config": config}, "cpu")
+    setup.prepare_trials(lambda index, outputs: None)
+    setup.prepare_timing_sets()
+    assert setup.distributions == ["task", "shuffled", "shuffled", "scaled_x3", "shuffled"]
+    assert setup.fallback == {2, 4, 7} and len(setup.timing_sets) == 3
+    assert all(worker._finite(setup.reference_output(i)) for i in range(8))

@@ -60,15 +60,21 @@ def make_draw(base_inputs: Sequence[Any], index: int, seed: int, device: str,
     import torch
 
     distribution = distributions[index % len(distributions)]
-    if distribution == "task" and index == 0:
+    if index == 0 and distribution == "task":
         return Draw("task", list(base_inputs))
     generator = torch.Generator(device=device)
     generator.manual_seed(seed * 1_000_003 + index)
     inputs = [_transform(_shuffle(v, generator), distribution) for v in base_inputs]
-    return Draw("shuffled" if distribution == "task" else distribution, inputs)
+    return Draw(draw_label(index, distributions), inputs)
 
 
-def reshuffle(draw: Draw, base_inputs: Sequence[Any], seed: int, device: str) -> Draw:
+def draw_label(index: int, distributions: Sequence[str] = DISTRIBUTIONS) -> str:
+    """The distribution name of draw `index` (what `make_draw` labels it), without making it."""
+    distribution = distributions[index % len(distributions)]
+    return "shuffled" if distribution == "task" and index else distribution
+
+
+def reshuffle(base_inputs: Sequence[Any], seed: int, device: str) -> Draw:
     """The fallback for a draw whose reference output was not finite."""
     import torch
 

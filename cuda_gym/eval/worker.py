@@ -38,7 +38,7 @@ import torch.utils.cpp_extension  # noqa: F401
 from ..tasks.task import load_task_namespace
 from . import fastbuild, guard, memory, protocol, sandbox
 from .config import EvalConfig
-from .correctness import Draw, flatten_outputs, make_draw, output_stats, reshuffle
+from .correctness import Draw, draw_label, flatten_outputs, make_draw, output_stats, reshuffle
 from .timing import Timer, prepare_hold
 
 _perf_counter = time.perf_counter
@@ -307,7 +307,7 @@ class _TaskSetup:
         out), kept resident where the plan allows and freed otherwise."""
         for index in range(self.trial_count):
             outputs = self.first_output if index == 0 else self.reference_output(index)
-            self.distributions.append(self.draw(index).distribution)
+            self.distributions.append("shuffled" if index in self.fallback else draw_label(index))
             describe(index, outputs)
             self.reference_outputs.append(outputs if index < self.plan.resident_outputs else None)
             del outputs
@@ -315,11 +315,13 @@ class _TaskSetup:
 
     def prepare_timing_sets(self) -> None:
         """The resident timing input sets: the draws after the trials' (the same in every worker)."""
-        self.first_output = None
         first = self.trial_count
         for index in range(first, first + self.plan.timing_sets):
-            self.reference_output(index)  # falls back where the draw makes the reference non-finite
-            self.timing_sets.append(self.draw(index).inputs)
+            draw = self.draw(index)
+            if not _finite(self.reference_output(index, draw.inputs)):  # falls back as a trial's draw does
+                self.fallback.add(index)
+                draw = self.draw(index)
+            self.timing_sets.append(draw.inputs)
         if not self.timing_sets:  # no room for another set: every timed call rotates the base inputs
             self.timing_sets.append(self.base)
 
