@@ -583,6 +583,7 @@ class _Judgement:
         """The profiled forward after the timing: which GPU kernels ran (strict: one of the candidate's own)."""
         kernels = self.kernels or {}
         self.result.kernels = [str(k) for k in kernels.get("kernels", [])][:50]
+        self.result.kernel_profile = [dict(entry) for entry in kernels.get("profile", [])]
         if kernels.get("tampered"):
             self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
                          + ", ".join(kernels["tampered"]))

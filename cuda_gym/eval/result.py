@@ -86,6 +86,9 @@ class EvalResult:
     flags: list[str] = field(default_factory=list)  # suspicions and warnings, machine-readable
     forbidden_ops: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)  # device kernels the forward launched (cuda)
+    # One profiled forward after the timing (cuda): {"name", "count", "total_us"} per device kernel
+    # (copies and fills included), the largest total first; the times are one call's, not the median's.
+    kernel_profile: list[dict[str, Any]] = field(default_factory=list)
     compile_log: str = ""
     runtime_log: str = ""
     compile_seconds: float = 0.0  # the build stage (0 when the build was cached)

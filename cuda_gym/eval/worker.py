@@ -728,13 +728,25 @@ def _send_kernels(channel: _Channel, model: Any, setup: _TaskSetup, policy: str,
             with torch.no_grad():
                 model(*inputs)
             _sync("cuda")
-        kernels = sorted({e.name for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                          and not e.name.startswith(("Memcpy", "Memset"))})
+        device_events = [e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     except BaseException as exc:  # noqa: BLE001
         code, message = _failure(exc, tamper, "cuda", setup.plan, "the profiled forward")
         _error(channel, code, message, traceback=traceback.format_exc(limit=8))
         return
-    channel.send("kernels", {"kernels": kernels, "audit": audit.meta(), "tampered": tamper.changes()})
+    kernels = sorted({e.name for e in device_events if not e.name.startswith(("Memcpy", "Memset"))})
+    channel.send("kernels", {"kernels": kernels, "profile": _kernel_profile(device_events),
+                             "audit": audit.meta(), "tampered": tamper.changes()})
+
+
+def _kernel_profile(device_events: list[Any], limit: int = 50) -> list[dict[str, Any]]:
+    """Per device kernel: launches and summed device time (us) in the profiled forward, largest first."""
+    totals: dict[str, list[float]] = {}
+    for event in device_events:
+        entry = totals.setdefault(event.name, [0, 0.0])
+        entry[0] += 1
+        entry[1] += float(event.time_range.elapsed_us())
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:limit]
+    return [{"name": name, "count": int(count), "total_us": round(total, 3)} for name, (count, total) in ranked]
 
 
 def worker_main(conn: Any, setup: dict) -> None:
