@@ -179,7 +179,9 @@ def test_a_full_length_timing_with_audits_keeps_the_worker_alive(cpu_evaluator):
     worker and the baseline worker (with the collector off across audited calls, the recorder's
     objects piled up and both workers died of SIGSEGV on builtin/L3/mlp)."""
     task = get_task("builtin/L3/mlp")
-    config = EvalConfig(baselines=("eager",), baseline_workers=1, eval_timeout_s=120.0, seed=11)
+    # All 50 repeats whatever the machine's load (the 1 s budget would stop a loaded machine at 10).
+    config = EvalConfig(baselines=("eager",), baseline_workers=1, eval_timeout_s=300.0, seed=11,
+                        timing_min_reps=50)
     result = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text(), config=config)
     assert result.ok, (result.message, result.runtime_log[-500:])
     assert result.candidate_time.reps >= 30 and result.eager_time is not None

@@ -31,6 +31,8 @@ class EvalConfig:
     timing_reps: int = 50
     timing_min_reps: int = 10
     timing_budget_s: float = 1.0  # stop timing a callable after this long (once min reps are done)
+    timing_warmup_s: float = 0.0  # after the warm-up reps, more (unaudited) warm-up calls until this long
+    timing_pin_cpu: bool = False  # cuda: the timing thread runs on one fixed core in every worker
     l2_flush: bool = True
     precision: str = "fp32"
     policy: str = "strict"

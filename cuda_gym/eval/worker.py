@@ -405,7 +405,8 @@ def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, varian
     reps = config["timing_reps"] if variants is None else len(variants) - config["warmup_reps"]
     timer = Timer(device, warmup_reps=config["warmup_reps"], reps=reps,
                   min_reps=config["timing_min_reps"], budget_s=config["timing_budget_s"],
-                  l2_flush=config["l2_flush"])
+                  l2_flush=config["l2_flush"], warmup_s=config.get("timing_warmup_s", 0.0),
+                  pin_cpu=config.get("timing_pin_cpu", False))
     live = [_clone(v) for v in setup.timing_sets[0]]
     if variants is not None:  # a fresh variant per call; the candidate's calls partly audited
         def load_variant(which: int) -> None:
