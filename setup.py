@@ -3,14 +3,15 @@ from setuptools import find_packages, setup
 
 EXTRAS = {
     "test": ["pytest>=7", "pytest-timeout>=2", "pyarrow>=12", "openai>=1.30", "matplotlib>=3.5",
-             "stable-baselines3>=2.3", "sb3-contrib>=2.3", "trl>=1.16", "transformers>=5.2", "peft>=0.10"],
+             "stable-baselines3>=2.3", "sb3-contrib>=2.3", "trl>=1.16", "transformers>=5.2", "peft>=0.10", "ray>=2.40"],
     "data": ["pyarrow>=12"],
     "agents": ["openai>=1.30", "transformers>=4.56"],  # agents/llm (4.56: from_pretrained(dtype=))
     "rl": ["stable-baselines3>=2.3", "sb3-contrib>=2.3"],  # agents/schedule_ppo.py
     "rl-llm": ["transformers>=4.50", "peft>=0.10"],  # agents/ppo, agents/rft (peft: LoRA only)
     "plot": ["matplotlib>=3.5"],
     "trl": ["trl>=1.16", "transformers>=5.2"],  # agents/adapters/trl.py (environment_factory needs transformers 5.2)
-    "cuda": ["cupy-cuda13x>=13"],  # CUDA 13, as on our H200 machines; pick the cupy wheel for your CUDA
+    "cuda": ["cupy-cuda13x>=13"],
+    "ray": ["ray>=2.40"],  # cuda_gym/eval/distributed.py: RayEvaluator (docs/scaling.md)  # CUDA 13, as on our H200 machines; pick the cupy wheel for your CUDA
 }
 EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
 
