@@ -287,6 +287,56 @@ def test_constants_made_and_moved_inside_an_extension_call_pass():
     assert guard._inside_extension == [0]
 
 
+def scripted(source: str):
+    """A fresh TorchScript function from `source` (its ops are dispatched by the JIT's C++, with no
+    torch function on the way, as an extension's C++ dispatches them); fresh, so that the JIT has
+    not folded its constants away."""
+    unit = torch.jit.CompilationUnit(source)
+    return unit.forward
+
+
+def test_constants_made_and_moved_by_cpp_inside_an_extension_call_pass():
+    """The real thing the stand-in above imitates: ops dispatched by C++ during an extension call
+    (KernelBench's flash-attention example makes l and m with torch::zeros / torch::full and moves
+    them with .to(device)) reach the recorder without a torch function; they are judged by their
+    tensor arguments, not taken for code that turned torch-function handling off."""
+    cpp = scripted("""
+def forward(x: Tensor):
+    l = torch.zeros(x.shape, dtype=torch.float64).to(torch.float32)
+    m = torch.full([x.shape[0]], -1e30).to(torch.float64)
+    return l, m
+""")
+    extension = guard._CountingModule(type("Extension", (), {"forward": staticmethod(cpp)}))
+    recorder = record(lambda self, x: extension.forward(x))
+    assert forbidden(recorder) == []
+    assert recorder.constant_ops["aten::_to_copy"] == 2
+    assert recorder.closed_by == ""
+
+
+def test_cpp_inside_an_extension_call_still_may_not_compute_on_task_data():
+    cpp = scripted("""
+def forward(x: Tensor, w: Tensor):
+    return x.to(torch.float64), torch.nn.functional.gelu(w)
+""")
+    extension = guard._CountingModule(type("Extension", (), {"forward": staticmethod(cpp)}))
+    assert forbidden(record(lambda self, x: extension.forward(x, self.linear.weight))) == [
+        "aten::_to_copy on input 0 (task data: forward input x)",
+        "aten::gelu on input 0 (task data: parameter linear.weight)"]
+
+
+def test_cpp_dispatch_outside_an_extension_call_ends_constants():
+    """TorchScript reached from Python (not an extension call): the watch does not see its host
+    reads (`tolist`), so nothing made after it is a constant."""
+    cpp = scripted("""
+def forward(x: Tensor):
+    return torch.zeros(x.shape, dtype=torch.float64).to(torch.float32)
+""")
+    recorder = record(lambda self, x: cpp(x))
+    assert forbidden(recorder) == ["aten::_to_copy on input 0 (task data: made after an op dispatched from C++ "
+                                   "outside the candidate's extension calls (the host-read watch does not see "
+                                   "that code))"]
+
+
 # ----------------------------------------------------------------- the profiler cross-check
 def test_hidden_op_is_reported_even_when_the_same_op_ran_on_a_constant():
     def fn(self, x):

@@ -284,7 +284,14 @@ class OpRecorder(TorchDispatchMode):
             self.closed_by = reason
             self._marks.constants_to(f"a constant made before {reason}")
 
-    def _check_trust(self) -> None:
+    def _watch_is_live(self) -> bool:
+        """Whether Python code calling torch now would pass through the watch: torch-function
+        handling on and the watch on the mode stack. (Call it before `_no_torch_function()`.)"""
+        return _torch_function_mode_enabled() and any(
+            _function_stack_at(i) is self._watch for i in range(_function_stack_len()))
+
+    def _check_trust(self, watch_live: bool) -> None:
+        """`watch_live`: `_watch_is_live()` as it was when the op or function arrived."""
         if self.closed_by:
             return
         calls = sum(native.CALL_COUNTS.values())
@@ -295,13 +302,21 @@ class OpRecorder(TorchDispatchMode):
         if self._after_native and not _inside_extension[0]:
             # Back in Python: values native code left in host memory look like Python numbers.
             self._close("a call into native code returned")
-        elif not self._watch.depth and not (_torch_function_mode_enabled() and any(
-                _function_stack_at(i) is self._watch for i in range(_function_stack_len()))):
+        elif self._watch.depth:
+            return  # the op comes from a torch function the watch is handling
+        elif not watch_live:
             self._close("torch-function handling was turned off (the host-read watch was blind)")
+        elif not _inside_extension[0]:
+            # Dispatched from C++ that Python code reached without a torch function (TorchScript,
+            # for one), whose host reads (`tolist`) the watch does not see either.
+            self._close("an op dispatched from C++ outside the candidate's extension calls (the host-read "
+                        "watch does not see that code)")
+        # else: dispatched by an extension's own C++ during the call; what it reads from raw memory
+        # is invisible as everything native code does is, and its ATen ops are judged by their tensors.
 
     def _before_function(self, func: Any, args: tuple, kwargs: dict) -> bool:
         """The watch's view of one torch function; True when it vouches for a tensor made from data."""
-        self._check_trust()
+        self._check_trust(True)
         if func in _TENSOR_FROM_DATA:
             data = args[0] if args else kwargs.get("data", kwargs.get("obj"))
             return not self.closed_by and _python_numbers_only(data)
@@ -347,8 +362,9 @@ class OpRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         name = func._schema.name
         try:
+            watch_live = bool(self._watch.depth) or self._watch_is_live()
             with _no_torch_function():
-                judged = self._judge(func, name, args, kwargs)
+                judged = self._judge(func, name, args, kwargs, watch_live)
         except Exception as exc:  # noqa: BLE001 - never break the forward; judge it conservatively
             judged = self._lost_track(name, exc)
         out = func(*args, **kwargs)
@@ -367,9 +383,9 @@ class OpRecorder(TorchDispatchMode):
         self.ops[name if op_is_allowed(name, "strict") else f"{name} (task data: {reason})"] += 1
         return reason, []
 
-    def _judge(self, func: Any, name: str, args: tuple, kwargs: dict) -> tuple:
+    def _judge(self, func: Any, name: str, args: tuple, kwargs: dict, watch_live: bool) -> tuple:
         """Counts the op; returns (origin of the task data it reads or None, written tensors)."""
-        self._check_trust()
+        self._check_trust(watch_live)
         namespace, _, short = name.partition("::")
         if namespace == "profiler":  # record_function ranges: neither PyTorch compute nor the candidate's
             self.ops[name] += 1

@@ -34,7 +34,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const float* __res
         float s = 0.f;
         for (int c = 0; c < d; ++c) s += qr[c] * kh[j * d + c];
         const float new_max = fmaxf(s, run_max);
-        const float keep = __expf(run_max - new_max), p = __expf(s - new_max);
+        const float keep = expf(run_max - new_max), p = expf(s - new_max);
         run_sum = run_sum * keep + p;
         for (int c = 0; c < d; ++c) acc[c] = acc[c] * keep + p * vh[j * d + c];
         run_max = new_max;
@@ -70,7 +70,7 @@ class ModelNew(nn.Module):
         m = torch.full((batch, heads, seq), -math.inf)
         l = l.to(q.device)                                  # ... and moved to the GPU: constants
         m = m.to(q.device)
-        status = _lib.attention_forward(q, k, v, out, l, m, seq, batch * heads, d, 1.0 / math.sqrt(d))
+        status = _lib.attention_forward(q, k, v, out, l, m, seq, batch * heads * seq, d, 1.0 / math.sqrt(d))
         if status != 0:
             raise RuntimeError(f"attention_forward failed (status {status})")
         return out

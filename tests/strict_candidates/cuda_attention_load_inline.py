@@ -31,7 +31,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const float* __res
         float s = 0.f;
         for (int c = 0; c < d; ++c) s += qr[c] * kh[j * d + c];
         const float new_max = fmaxf(s, run_max);
-        const float keep = __expf(run_max - new_max), p = __expf(s - new_max);
+        const float keep = expf(run_max - new_max), p = expf(s - new_max);
         run_sum = run_sum * keep + p;
         for (int c = 0; c < d; ++c) acc[c] = acc[c] * keep + p * vh[j * d + c];
         run_max = new_max;
