@@ -39,6 +39,19 @@ SCHEDULE_ENV_SPECS: dict[str, dict[str, Any]] = {
 }
 SCHEDULE_DEFAULT_KWARGS: dict[str, Any] = {"reward": "log_speedup", "episode_steps": 1}
 
+# The CUDA Agent workspace: one tool call per turn in a per-episode workdir (see workspace_env.py).
+WORKSPACE_ENTRY_POINT = "cuda_gym.envs.workspace_env:WorkspaceEnv"
+WORKSPACE_ENV_SPECS: dict[str, dict[str, Any]] = {
+    "CudaKernelWorkspace-L1-v0": {"suite": "kernelbench", "levels": (1,)},
+    "CudaKernelWorkspace-L2-v0": {"suite": "kernelbench", "levels": (2,)},
+    "CudaKernelWorkspace-L3-v0": {"suite": "kernelbench", "levels": (3,)},
+    "CudaKernelWorkspace-Ops6K-v0": {"suite": "ops6k"},
+    "CudaKernelWorkspace-Synth-v0": {"suite": "synth"},
+    "CudaKernelWorkspace-Builtin-v0": {"suite": "builtin"},
+}
+# The best judged result of the episode (CUDA Agent's scoring); every tool call is a turn.
+WORKSPACE_DEFAULT_KWARGS: dict[str, Any] = {"reward": "milestone", "reward_mode": "final", "max_turns": 40}
+
 
 def register_envs() -> None:
     """Register the IDs with gymnasium; idempotent and cheap (imports no torch, starts nothing)."""
@@ -57,4 +70,8 @@ def register_envs() -> None:
     for env_id, kwargs in SCHEDULE_ENV_SPECS.items():
         if env_id not in registry:
             register(id=env_id, entry_point=SCHEDULE_ENTRY_POINT, kwargs={**SCHEDULE_DEFAULT_KWARGS, **kwargs},
+                     nondeterministic=True)
+    for env_id, kwargs in WORKSPACE_ENV_SPECS.items():
+        if env_id not in registry:
+            register(id=env_id, entry_point=WORKSPACE_ENTRY_POINT, kwargs={**WORKSPACE_DEFAULT_KWARGS, **kwargs},
                      nondeterministic=True)
