@@ -402,6 +402,16 @@ def test_evaluator_accepts_kernel_with_constant_moves(cpu_evaluator):
     assert result.forbidden_ops == []
 
 
+@pytest.mark.slow
+def test_evaluator_accepts_load_inline_kernel_with_constants_made_in_cpp(cpu_evaluator):
+    """KernelBench's flash-attention shape on the CPU: torch::zeros / torch::full and `.to(...)` in
+    the extension's C++ (on the H200 this shape was FORBIDDEN before the C++-dispatch fix)."""
+    result = cpu_evaluator.evaluate(attention_task(), (CANDIDATES / "cpu_attention_load_inline.py").read_text(),
+                                    backend="cpu")
+    assert result.error_code is ErrorCode.OK, f"{result.error_code}: {result.message}"
+    assert result.forbidden_ops == []
+
+
 def test_evaluator_names_op_and_argument_for_a_weight_cast(cpu_evaluator):
     path = HOSTILE / "cpu_launder_weight_cast.py"
     task = get_task(guard_header_task(path))
@@ -412,6 +422,63 @@ def test_evaluator_names_op_and_argument_for_a_weight_cast(cpu_evaluator):
 
 def guard_header_task(path: Path) -> str:
     return next(line.split(":", 1)[1].strip() for line in path.read_text().splitlines() if line.startswith("TASK:"))
+
+
+def emulate_attention_kernel(q, k, v, o, l, m, rows_per_head, rows, d, scale):
+    """`attention_kernel` of cuda_attention_constants.py on the CPU, as its threads run it: thread
+    `row` (every row below `rows`, the launch's bound) reads q, k, v, l, m through flat pointers
+    (head = row / rows_per_head), runs the online softmax over the head's keys in order, and writes
+    its row of o, l and m. Rows the launch does not cover stay as they were."""
+    q2, k2, v2, o2 = (t.view(-1, d) for t in (q, k, v, o))  # the kernel's pointer arithmetic
+    l1, m1 = l.view(-1), m.view(-1)
+    row = torch.arange(rows)
+    head = row // rows_per_head
+    qr = q2[row] * scale
+    acc = torch.zeros(rows, d)
+    run_max, run_sum = m1[row].clone(), l1[row].clone()
+    for j in range(rows_per_head):
+        key = head * rows_per_head + j
+        s = (qr * k2[key]).sum(-1)
+        new_max = torch.maximum(s, run_max)
+        keep, p = torch.exp(run_max - new_max), torch.exp(s - new_max)
+        run_sum = run_sum * keep + p
+        acc = acc * keep[:, None] + p[:, None] * v2[key]
+        run_max = new_max
+    o2[row] = acc / run_sum[:, None]
+    l1[row], m1[row] = run_sum, run_max
+    return 0
+
+
+def test_cuda_attention_candidate_launch_and_math_on_the_cpu(monkeypatch):
+    """No GPU here: the CUDA candidate's forward runs on the CPU with its kernel emulated (the same
+    launch arguments, pointer arithmetic and online softmax), against the reference. With the launch
+    bound the H200 run had (batch*heads rows instead of batch*heads*seq) most rows stay zero."""
+    import cuda_gym.native
+
+    class EmulatedLibrary:
+        attention_forward = staticmethod(emulate_attention_kernel)
+
+    monkeypatch.setattr(cuda_gym.native, "load_kernels", lambda **kwargs: EmulatedLibrary())
+    task = attention_task()
+    namespace: dict = {}
+    exec(compile(task.source, "attention_reference", "exec"), namespace)  # noqa: S102 - test file
+    sizes = task.sizes["cpu"]
+    torch.manual_seed(0)
+    shape = (sizes["batch_size"], sizes["heads"], sizes["seq_len"], sizes["head_dim"])
+    q, k, v = (torch.randn(shape) for _ in range(3))
+    expected = namespace["Model"]()(q, k, v)
+    source = (CANDIDATES / "cuda_attention_constants.py").read_text()
+
+    def relative_error(candidate_source: str) -> float:
+        module: dict = {}
+        exec(compile(candidate_source, "cuda_attention_constants", "exec"), module)  # noqa: S102
+        out = module["ModelNew"]()(q, k, v)
+        return float((out - expected).norm() / expected.norm())
+
+    assert relative_error(source) < 1e-5
+    launch = "seq, batch * heads * seq, d,"
+    assert launch in source
+    assert relative_error(source.replace(launch, "seq, batch * heads, d,")) > 0.9
 
 
 @pytest.mark.gpu
