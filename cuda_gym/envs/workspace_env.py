@@ -459,8 +459,12 @@ class WorkspaceEnv(KernelEnv):
         chosen: dict[str, str] = {}
         for relative, path in files.items():
             if relative == "model_new.py" or relative.startswith("kernels/"):
+                # kernels/<name>.cpp is the C++ twin of kernels/<name>.cu: each backend builds its own.
                 if backend == "cpu" and relative.endswith(".cu"):
                     notes.append(f"note: {relative} is left out: the cpu backend builds kernels/*.cpp only")
+                    continue
+                if backend == "cuda" and relative.endswith(".cpp") and relative[:-4] + ".cu" in files:
+                    notes.append(f"note: {relative} is left out: it is the cpu twin of {relative[:-4]}.cu")
                     continue
                 chosen[relative] = path.read_text(encoding="utf-8", errors="replace")
         try:
@@ -474,7 +478,7 @@ class WorkspaceEnv(KernelEnv):
         command = JUDGING_TOOLS[tool]
         backend = self._target_backend()[0]
         if tool == "profile" and not (self._files().get("model_new.py")):
-            return None, self._profile_text(None, self._reference_profile())
+            return None, self._profile_text(None, self.reference_profile())
         notes: list[str] = []
         candidate: Candidate | None = None
         try:
@@ -491,7 +495,7 @@ class WorkspaceEnv(KernelEnv):
         packed = candidate is not None and candidate.form == "multifile"
         text = "\n".join(notes + [self._verdict_text(tool, result, packed)])
         if tool == "profile":
-            text += "\n" + self._profile_text(result, self._reference_profile())
+            text += "\n" + self._profile_text(result, self.reference_profile())
         return result, text
 
     @staticmethod
@@ -557,7 +561,7 @@ class ModelNew(Model):
     """The reference itself (the profile tool's eager reference)."""
 '''
 
-    def _reference_profile(self) -> dict[str, EvalResult]:
+    def reference_profile(self) -> dict[str, EvalResult]:
         """The reference (eager, and under torch.compile) judged as permissive candidates by the
         same evaluator on CUDA, once per task; {} on the cpu backend (no per-kernel times there)."""
         task = self.task
