@@ -11,10 +11,14 @@ entropy, explained variance). A random model writes no candidate, so its replies
 INVALID_ACTION (reward -1); this measures the machinery's throughput, not learning (for learning see
 benchmarks/ppo_learning.py).
 
+PPO starts no new update after `--time-budget-s` seconds of PPO (default 140: the whole run then
+takes about 4 minutes on an H200 with the defaults), so the number of updates is what fits, at most
+`--updates`. Needs transformers and tokenizers (the `rl-llm` extra); matplotlib for the PNG.
+
 The tokenizer is a byte-level BPE trained here on the tasks' prompts, the workflow guide and the
 reference solutions, with a small chat template.
 
-    python benchmarks/ppo_gpu.py --out "$OUT"                  # on the GPU machine, < 10 minutes
+    python benchmarks/ppo_gpu.py --out "$OUT"                  # on the GPU machine, about 4 minutes
     python benchmarks/ppo_gpu.py --smoke --out /tmp/ppo_gpu    # tiny model on the CPU, to check the path
 """
 from __future__ import annotations
@@ -64,12 +68,14 @@ def build_model(tokenizer, *, hidden: int, layers: int, heads: int, context: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="benchmarks/results")
-    parser.add_argument("--smoke", action="store_true", help="tiny model, CPU, one update: checks the path")
-    parser.add_argument("--updates", type=int, default=4)
+    parser.add_argument("--smoke", action="store_true", help="tiny model, CPU, two updates: checks the path")
+    parser.add_argument("--updates", type=int, default=8, help="at most this many PPO updates")
+    parser.add_argument("--time-budget-s", type=float, default=140.0,
+                        help="start no new PPO update after this many seconds of PPO")
     parser.add_argument("--tasks", type=int, default=8, help="the first N built-in level-1 tasks")
     parser.add_argument("--episodes-per-task", type=int, default=1)
     parser.add_argument("--max-turns", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--max-new-tokens", type=int, default=192)
     args = parser.parse_args()
 
     from agents.llm import SamplingConfig, TransformersChat
@@ -86,7 +92,7 @@ def main() -> None:
     backend = "cpu" if args.smoke else "cuda"
     device = torch.device("cpu" if args.smoke else "cuda")
     if args.smoke:
-        args.updates, args.tasks, args.max_turns, args.max_new_tokens = 1, 2, 2, 16
+        args.updates, args.tasks, args.max_turns, args.max_new_tokens = 2, 2, 2, 16
     tasks = load_suite("builtin", levels=(1,))[:args.tasks]
     prompt_env = KernelEnv(backend="cpu", max_turns=args.max_turns)  # cpu: writing the prompt starts nothing
     corpus = [prompt_env.reset(options={"task": t})[0] for t in tasks] + [WORKFLOW_GUIDE]
@@ -124,8 +130,11 @@ def main() -> None:
             print(f"{tag}: {timings[-1]}", flush=True)
             return trajectories
 
+        ppo_started = time.perf_counter()
         run_stages(model, collect, ("ppo",), run_dir, ppo_config=config, updates=args.updates, tokenizer=tokenizer,
-                   plot_title=f"random Llama {parameters / 1e6:.0f}M, multi-turn PPO on built-in L1", progress=False)
+                   plot_title=f"random Llama {parameters / 1e6:.0f}M, multi-turn PPO on built-in L1",
+                   time_budget_s=args.time_budget_s, progress=False)
+        ppo_seconds = time.perf_counter() - ppo_started
     total = time.perf_counter() - started
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     per_update = []
@@ -146,8 +155,19 @@ def main() -> None:
         "settings": vars(args),
         "ppo": config.to_dict(),
         "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
+        "updates_run": len(metrics),
+        "totals": {
+            "rollout_reply_tokens_per_s": sum(u["reply_tokens"] for u in per_update)
+            / max(sum(u["rollout_seconds"] for u in per_update), 1e-9),
+            "training_tokens_per_s": sum(u["trained_tokens"] for u in per_update)
+            / max(sum(u["update_seconds"] for u in per_update), 1e-9),
+            "episodes_per_hour": sum(u["episodes"] for u in per_update)
+            / max(sum(u["rollout_seconds"] + u["update_seconds"] for u in per_update), 1e-9) * 3600,
+        },
         "per_update": per_update,
         "metrics": metrics,
+        "startup_seconds": ppo_started - started,
+        "ppo_seconds": ppo_seconds,
         "seconds": total,
     }
     stem = "ppo_gpu_smoke" if args.smoke else f"ppo_gpu_cuda_{dt.date.today().isoformat()}"
@@ -155,7 +175,8 @@ def main() -> None:
     if (run_dir / "curves.png").exists():
         (out / f"{stem}.png").write_bytes((run_dir / "curves.png").read_bytes())
     shutil.rmtree(run_dir, ignore_errors=True)
-    print(json.dumps({k: result[k] for k in ("device", "policy_parameters", "peak_gpu_memory_gib", "seconds")}
+    print(json.dumps({k: result[k] for k in ("device", "policy_parameters", "peak_gpu_memory_gib", "updates_run",
+                                             "totals", "startup_seconds", "seconds")}
                      | {"per_update": per_update}, indent=1))
 
 

@@ -256,6 +256,24 @@ def test_one_ppo_update_changes_the_weights_and_reports_its_metrics(critic, tmp_
         assert torch.equal(v, trainer.critic_module.state_dict()[k])
 
 
+def test_train_stops_starting_updates_when_its_time_budget_is_spent(tmp_path):
+    from agents.ppo.trainer import train
+
+    model = tiny_llama()
+    trainer = PPOTrainer(model, PPOConfig(actor_lr=1e-3, critic_lr=1e-3, minibatch_size=8, micro_batch_size=8))
+    tags = []
+
+    def collect(tag):
+        tags.append(tag)
+        return sampled_trajectories(trainer.policy, 4, seed=len(tags))
+
+    history = train(trainer, collect, 5, tmp_path / "budget", time_budget_s=0.0, progress=False)
+    assert tags == ["update_1"] and len(history) == 1          # the first round always runs
+    assert len((tmp_path / "budget" / "metrics.jsonl").read_text().splitlines()) == 1
+    history = train(trainer, collect, 2, tmp_path / "no_budget", progress=False)
+    assert tags == ["update_1", "update_2", "update_3"] and [h["update"] for h in history] == [2, 3]
+
+
 def test_micro_batches_accumulate_to_the_same_step_as_one_batch():
     trajectories = sampled_trajectories(tiny_llama(), 5)
     results = []
@@ -371,7 +389,9 @@ def test_menu_candidates_and_replies():
         assert sorted(kinds.values()) == sorted(menu.KINDS)
         sources = {kind: menu.candidate_source(name, kind) for kind in menu.KINDS}
         assert len(set(sources.values())) == 4
-        assert "omp parallel" in sources["fast"] and "omp parallel" not in sources["slow"]
+        assert "omp simd" in sources["fast"] and "-ffast-math" in sources["fast"]
+        assert "omp simd" not in sources["slow"] and "-ffast-math" not in sources["slow"]
+        assert sources["wrong"].replace(menu.MENU_TASKS[name][1], menu.MENU_TASKS[name][0]) == sources["fast"]
     assert menu.parse_reply([menu.LABEL_TOKENS["C"]]) == "C"
     assert menu.parse_reply([menu.EOS]) is None and menu.parse_reply([menu.LABEL_TOKENS["A"]] * 2) is None
     assert [t.id for t in menu.load_menu()] == [f"menu/L1/{n}" for n in menu.MENU_TASKS]
@@ -401,9 +421,9 @@ def test_train_command_on_one_menu_task(tmp_path, capsys):
     from cuda_gym.cli import main
 
     out = tmp_path / "run"
-    code = main(["train", "--algo", "value,ppo", "--tasks", "menu/L1/hardswish", "--backend", "cpu", "--out", str(out),
+    code = main(["train", "--algo", "value,ppo", "--tasks", "menu/L1/tanh", "--backend", "cpu", "--out", str(out),
                  "--updates", "2", "--episodes-per-task", "8", "--warmup-batches", "1", "--no-progress",
-                 "--critic", "head"])
+                 "--critic", "head", "--no-compile-baseline"])
     assert code == 0, capsys.readouterr()
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2

@@ -104,7 +104,7 @@ def _train_menu(args, stages, out: Path) -> int:
     from .pipeline import run_stages
 
     base = evaluator_config(args)
-    config = menu.menu_eval_config().replace(precision=base.precision, policy=base.policy)
+    config = menu.menu_eval_config().replace(precision=base.precision, policy=base.policy, baselines=base.baselines)
     device = _device(args.device)
     if args.model:
         from transformers import AutoModelForCausalLM

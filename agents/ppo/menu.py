@@ -1,16 +1,22 @@
 """The `menu` toy suite: real tasks, a tiny action space, learning visible within minutes on a CPU.
 
-Each episode is one task of the `menu` suite (built-in elementwise level-1 tasks at smaller sizes,
-`menu/L1/<name>`) and one turn. The
-policy reads a short token prompt `[BOS, <task>, SEP, A, B, C, D, ASK]` and answers with one
-token, which should be a label. `MenuEnv` expands the label into one of four fixed candidate
-sources written here for that task and submits it to the real `KernelEnv` (real build, real
-correctness trials, real timing, milestone reward):
+Each episode is one task of the `menu` suite (`menu/L1/elu`, `softplus`, `tanh`: elementwise
+level-1 tasks at small sizes) and one turn. The policy reads a short token prompt
+`[BOS, <task>, SEP, A, B, C, D, ASK]` and answers with one token, which should be a label.
+`MenuEnv` expands the label into one of four fixed candidate sources written here for that task and
+submits it to the real `KernelEnv` (real build, real correctness trials, real timing against eager
+and torch.compile, milestone reward):
 
-- "fast": the right formula in a parallel (OpenMP) loop;
-- "slow": the right formula in a single-threaded loop run several times per call (correct, slow);
-- "wrong": a formula with a small error (INCORRECT);
-- "broken": a C++ syntax error (COMPILE_ERROR).
+- "fast": the right formula in a vectorised loop (`#pragma omp simd`, `-ffast-math`,
+  `-march=native`: gcc calls glibc's vector math); measured 1.6x (elu, softplus) to 3.6x (tanh)
+  faster than the faster of eager and torch.compile on one core: it earns 3;
+- "slow": the right formula in a plain scalar loop (correct, 7-25x slower than eager: it earns 1);
+- "wrong": a formula with a small error, built like "fast" (INCORRECT, -1);
+- "broken": a C++ syntax error (COMPILE_ERROR, -1).
+
+The menu is judged with one CPU thread (`menu_eval_config`): on a shared 2-core machine the
+multi-threaded timings (torch's OpenMP pool, and a candidate's own) swing by milliseconds with the
+other jobs' load, one-thread timings do not.
 
 Which label means which candidate differs per task (a fixed permutation), so the policy has to
 read the task token. Any other token goes to the environment as the raw reply, which judges it
@@ -30,23 +36,49 @@ from typing import Any, Sequence
 import torch
 
 from cuda_gym.tasks import Task, get_task, register_suite
+from cuda_gym.tasks.task import task_from_source
 
 from ..rft import FinetuneConfig
 from ..trajectory import Trajectory, Turn
 from .config import PPOConfig
 
-# name -> (correct expression of v, wrong expression of v); the task is builtin/L1/<name>.
+# name -> (correct expression of v, wrong expression of v).
 MENU_TASKS: dict[str, tuple[str, str]] = {
     "elu": ("v > 0.f ? v : std::expm1(v)", "v > 0.f ? v : std::exp(v)"),
-    "hardswish": ("v * std::fmin(std::fmax(v + 3.f, 0.f), 6.f) / 6.f",
-                  "v * std::fmin(std::fmax(v + 3.f, 0.f), 6.f) / 5.f"),
     "softplus": ("v > 20.f ? v : std::log1p(std::exp(v))", "v > 20.f ? v : std::log(2.f + std::exp(v))"),
+    "tanh": ("std::tanh(v)", "std::tanh(0.9f * v)"),
 }
-# Smaller inputs than the built-in tasks' (a judgement then takes about a second on a CPU).
+# Smaller inputs than the built-in tasks' (a judgement then takes a few seconds on a CPU).
 MENU_SIZES = {"cpu": {"batch_size": 256, "dim": 1024}, "cuda": {"batch_size": 4096, "dim": 4096}}
 KINDS = ("fast", "slow", "wrong", "broken")
 LABELS = ("A", "B", "C", "D")
-SLOW_REPEATS = 6
+
+# The references: built-in tasks where one exists, else written here in KernelBench format.
+_TANH_REFERENCE = '''"""Hyperbolic tangent applied elementwise."""
+import torch
+import torch.nn as nn
+
+batch_size = 4096
+dim = 4096
+
+
+class Model(nn.Module):
+    """torch.tanh(x)."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.tanh(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
 
 # The toy vocabulary: special tokens, labels, one token per task, then filler words a random policy
 # emits too (so a format error is a real possibility it has to unlearn).
@@ -73,7 +105,6 @@ extern "C" void menu_forward(const float* x, float* y, int64_t n) {{
 """,
     functions=["void menu_forward(const float* x, float* y, int64_t n)"],
     extra_cflags={cflags},
-    extra_ldflags={ldflags},
 )
 
 
@@ -81,34 +112,35 @@ class ModelNew(nn.Module):
     def forward(self, x):
         x = x.contiguous()
         y = torch.empty_like(x)
-        for _ in range({repeats}):
-            _lib.menu_forward(x, y, x.numel())
+        _lib.menu_forward(x, y, x.numel())
         return y
 '''
+VECTOR_CFLAGS = ["-O3", "-fopenmp-simd", "-ffast-math", "-march=native"]
+SCALAR_CFLAGS = ["-O3"]
 
 
 def candidate_source(name: str, kind: str) -> str:
     """The source of the `kind` candidate of menu task `name`."""
     right, wrong = MENU_TASKS[name]
-    parallel = kind != "slow"
-    source = _SOURCE.format(
-        pragma="#pragma omp parallel for" if parallel else "",
-        expression=wrong if kind == "wrong" else right,
-        cflags=["-O3", "-fopenmp"] if parallel else ["-O3"],
-        ldflags=["-fopenmp"] if parallel else [],
-        repeats=SLOW_REPEATS if kind == "slow" else 1)
+    vector = kind != "slow"
+    source = _SOURCE.format(pragma="#pragma omp simd" if vector else "",
+                            expression=wrong if kind == "wrong" else right,
+                            cflags=VECTOR_CFLAGS if vector else SCALAR_CFLAGS)
     if kind == "broken":
         source = source.replace("float v = x[i];", "float v = x[i]")
     return source
 
 
 def load_menu() -> list[Task]:
-    """The `menu` suite: `menu/L1/<name>`, the built-in task's reference with `MENU_SIZES`."""
+    """The `menu` suite: `menu/L1/<name>` at `MENU_SIZES` (the built-in task's reference where one exists)."""
     tasks = []
     for name in MENU_TASKS:
-        builtin = get_task(f"builtin/L1/{name}")
-        tasks.append(replace(builtin, id=f"menu/L1/{name}", sizes=MENU_SIZES,
-                             description=f"{builtin.description} (menu: pick one of four candidates)"))
+        if name == "tanh":
+            reference = task_from_source(_TANH_REFERENCE, task_id="menu/L1/tanh", level=1, name="tanh")
+        else:
+            reference = get_task(f"builtin/L1/{name}")
+        tasks.append(replace(reference, id=f"menu/L1/{name}", sizes=MENU_SIZES,
+                             description=f"{reference.description} (menu: pick one of four candidates)"))
     return tasks
 
 
@@ -166,13 +198,15 @@ def menu_ppo_config(**overrides: Any) -> PPOConfig:
 
 
 def menu_eval_config():
-    """The menu's evaluation settings: every stage runs (5 correctness draws, timing, eager baseline),
-    with short timing (the toy is about choosing, not measuring precisely) and no torch.compile
-    baseline (its first compile on a CPU costs minutes). The best milestone is then 2."""
+    """The menu's evaluation settings: every stage runs (5 correctness draws, timing, the eager and
+    torch.compile baselines), on one CPU thread (see the module's docstring), with short timing
+    (the toy is about choosing, not measuring precisely; the candidates' speeds differ by far more
+    than the 5% the milestone reward asks for)."""
     from cuda_gym.eval import EvalConfig
 
-    return EvalConfig(baselines=("eager",), baseline_workers=1, timing_reps=5, timing_min_reps=3, warmup_reps=1,
-                      timing_budget_s=0.3, eval_timeout_s=120.0, compile_timeout_s=240.0)
+    return EvalConfig(baselines=("eager", "compile"), baseline_workers=1, cpu_threads=1, timing_reps=5,
+                      timing_min_reps=3, warmup_reps=1, timing_budget_s=0.3, eval_timeout_s=120.0,
+                      compile_timeout_s=240.0)
 
 
 @dataclass

@@ -41,14 +41,15 @@ def run_stages(policy: nn.Module, collect: Callable[[str], list[Trajectory]], st
                trajectories: Sequence[Trajectory] | str | Path | None = None, warmup_batches: int = 1,
                rft_filter: RFTFilter | None = None, rft_config: FinetuneConfig | None = None,
                value_config: FinetuneConfig | None = None, tokenizer=None, pad_token_id: int | None = None,
-               plot_title: str = "", progress: bool = True) -> dict:
+               plot_title: str = "", time_budget_s: float | None = None, progress: bool = True) -> dict:
     """Run `stages` (a subset of "rft", "value", "ppo", in that order) and return what `stages.json` holds.
 
     `collect(tag)` plays one batch with the current `policy` and returns its trajectories (tags:
     "warmup_<i>", "update_<n>"). RFT and value pretraining learn from `trajectories` (a list or a
     trajectories.jsonl path) or, without them, from `warmup_batches` batches collected with the
     initial policy. The critic (a copy of the actor, see `PPOTrainer`) is made after RFT, so it
-    starts from the fine-tuned actor."""
+    starts from the fine-tuned actor. `time_budget_s`: PPO starts no new update after this many
+    seconds of PPO (see `train`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ppo_config = ppo_config or PPOConfig()
@@ -73,7 +74,7 @@ def run_stages(policy: nn.Module, collect: Callable[[str], list[Trajectory]], st
         summary["value"] = {"epochs": value_pretrain(trainer, sampled, value_config, progress=progress)}
     history: list[dict] = []
     if "ppo" in stages:
-        history = train(trainer, collect, updates, out_dir, progress=progress)
+        history = train(trainer, collect, updates, out_dir, time_budget_s=time_budget_s, progress=progress)
         summary["ppo"] = {"updates": len(history), "first": history[0] if history else None,
                           "last": history[-1] if history else None}
     else:

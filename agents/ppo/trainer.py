@@ -258,16 +258,22 @@ class PPOTrainer:
 
 
 def train(trainer: PPOTrainer, collect: Callable[[str], list[Trajectory]], num_updates: int,
-          out_dir: str | Path, *, progress: bool = True) -> list[dict[str, float]]:
+          out_dir: str | Path, *, time_budget_s: float | None = None, progress: bool = True) -> list[dict[str, float]]:
     """`num_updates` rounds of: `collect("update_<n>")` -> trajectories played by the current policy
     (appended to `out_dir/trajectories.jsonl` before training on them), `trainer.update`, one line in
     `out_dir/metrics.jsonl`. Checkpoints go to `out_dir/checkpoints/update_<n>/` every
-    `config.checkpoint_every` updates and at the end (`out_dir/checkpoints/final/`)."""
+    `config.checkpoint_every` updates and at the end (`out_dir/checkpoints/final/`).
+    `time_budget_s`: start no new round once this many seconds have passed since the first began
+    (the round under way finishes; at least one round runs)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     history = []
+    started = time.perf_counter()
     bar = tqdm(range(num_updates), desc="ppo", unit="update", disable=not progress)
     for _ in bar:
+        if history and time_budget_s is not None and time.perf_counter() - started >= time_budget_s:
+            print(f"note: PPO stopped after {len(history)} of {num_updates} updates (time budget {time_budget_s:.0f} s)")
+            break
         trajectories = collect(f"update_{trainer.updates + 1}")
         for trajectory in trajectories:
             append_trajectory(out_dir / "trajectories.jsonl", trajectory)
