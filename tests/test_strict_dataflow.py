@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import math
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -381,13 +382,49 @@ def test_op_is_allowed_judges_recorder_keys():
     assert guard.op_is_allowed("aten::mm on input 0 (task data: forward input x)", "permissive")
 
 
-def test_storage_marks_are_dropped_with_the_storage():
+def test_storage_marks_hold_only_while_the_storage_lives():
     marks = guard._StorageMarks()
     tensor = torch.zeros(4)
-    marks.set(tensor.untyped_storage(), guard._CONSTANT)
+    storage = tensor.untyped_storage()
+    marks.set(storage, guard._CONSTANT)
     assert marks.get(tensor[1:].untyped_storage()) == guard._CONSTANT  # views share the mark
-    del tensor
-    assert marks._marks == {}
+    key = storage._cdata
+    del tensor, storage
+    assert marks._marks[key][0]() is None  # dead: a new storage at this address gets no mark
+    assert marks.get(torch.ones(4).untyped_storage()) is None
+    kept = [torch.zeros(1) for _ in range(10)]
+    for t in kept:
+        marks.set(t.untyped_storage(), "forward input x")
+    for _ in range(5000):  # short-lived storages: their entries are purged, the live ones kept
+        marks.set(torch.zeros(1).untyped_storage(), guard._CONSTANT)
+    assert len(marks._marks) < 2100
+    assert all(marks.get(t.untyped_storage()) == "forward input x" for t in kept)
+
+
+def test_marks_cannot_be_reached_from_a_storage():
+    """No weakref callback (whose closure would hold the marks) hangs on a marked storage."""
+    def fn(self, x):
+        with torch._C.DisableTorchFunction():
+            storage = torch._C.TensorBase.untyped_storage(x)
+        assert [ref.__callback__ for ref in weakref.getweakrefs(storage)] == [None]
+        return x
+
+    record(fn)
+
+
+def test_a_constant_mark_after_closing_is_task_data():
+    """Closing turns every constant into task data; a constant mark found afterwards was set by
+    someone other than the recorder, and does not make compute on it allowed."""
+    def fn(self, x):
+        n = float(x[0, 0])  # task data read to the host: closes
+        recorder._marks.set(torch.Tensor.untyped_storage(x), guard._CONSTANT)  # as a tamperer would
+        return F.gelu(x) + n
+
+    recorder = guard.OpRecorder()
+    with torch.no_grad(), recorder:
+        Forward(fn)(torch.randn(2, 4))
+    keys = forbidden(recorder)
+    assert any(k.startswith("aten::gelu on input 0 (task data: a constant mark set after") for k in keys), keys
 
 
 # ------------------------------------------------------------------------------ end to end (CPU)

@@ -162,15 +162,18 @@ def _covers_storage(tensor: torch.Tensor, storage: Any) -> bool:
 
 
 class _StorageMarks:
-    """A mark per storage (`_CONSTANT` or the origin of its task data) that is dropped when the
-    storage is freed, so a new storage at the same address starts unmarked."""
+    """A mark per storage (`_CONSTANT` or the origin of its task data) that holds only while that
+    storage lives, so a new storage at the same address starts unmarked. The weak references carry
+    no callback: a callback's closure would lead from the storage (`weakref.getweakrefs`) to the
+    marks, which candidate code could then rewrite."""
 
     def __init__(self) -> None:
         self._marks: dict[int, tuple[weakref.ref, str]] = {}
+        self._purge_at = 1024
 
     def get(self, storage: Any) -> str | None:
         entry = self._marks.get(storage._cdata) if storage is not None else None
-        return entry[1] if entry is not None else None
+        return entry[1] if entry is not None and entry[0]() is storage else None
 
     def set(self, storage: Any, mark: str) -> None:
         if storage is None:
@@ -180,13 +183,11 @@ class _StorageMarks:
         if entry is not None and entry[0]() is storage:
             marks[key] = (entry[0], mark)
             return
-
-        def drop(ref: weakref.ref, key: int = key) -> None:
-            current = marks.get(key)
-            if current is not None and current[0] is ref:
-                del marks[key]
-
-        marks[key] = (weakref.ref(storage, drop), mark)
+        marks[key] = (weakref.ref(storage), mark)
+        if len(marks) >= self._purge_at:  # entries of freed storages
+            for stale in [k for k, (ref, _) in marks.items() if ref() is None]:
+                del marks[stale]
+            self._purge_at = max(1024, 2 * len(marks))
 
     def constants_to(self, origin: str) -> None:
         """Every constant becomes task data of `origin`."""
@@ -275,7 +276,8 @@ class OpRecorder(TorchDispatchMode):
             return None
         mark = self._marks.get(_storage_of(tensor))
         if mark == _CONSTANT:
-            return None
+            # Closing turns every constant into task data and marks nothing constant afterwards.
+            return f"a constant mark set after {self.closed_by} (not by the recorder)" if self.closed_by else None
         return mark or (f"{_UNKNOWN_ORIGIN}, after {self.closed_by}" if self.closed_by else _UNKNOWN_ORIGIN)
 
     def _close(self, reason: str) -> None:
