@@ -77,7 +77,8 @@ BINDING_REGISTRY_H = r"""// binding_registry.h: cuda_gym's fixed binding registr
 typedef struct CUstream_st* cudaStream_t;  // the cpu backend: no CUDA headers
 #endif
 
-namespace cuda_gym_binding {
+// Hidden: one registry per built library, never merged with another loaded library's.
+namespace __attribute__((visibility("hidden"))) cuda_gym_binding {
 inline std::vector<const char*>& prototypes() {
     static std::vector<const char*> registered;
     return registered;

@@ -211,6 +211,10 @@ class WorkspaceEnv(KernelEnv):
     rewards would pay every repeated verify), max_turns 40 (every tool call is a turn).
 
     `tool_schemas`: the tools as OpenAI function schemas. `workdir`: this episode's folder.
+    `info` of every step: task_id, level, backend, turn, tool, command (the KernelEnv command a
+    judging tool ran, else None), verdict (TOOL_OK / TOOL_ERROR / INVALID_ACTION / COMPILED / an
+    ErrorCode value), tool_error, compiled, correct, best (as KernelEnv's), workdir; a judged step
+    adds result (the compact EvalResult) and candidate (the packed source that was judged).
     """
 
     def __init__(self, suite: str = "builtin", levels: int | Iterable[int] | None = None,
@@ -228,6 +232,7 @@ class WorkspaceEnv(KernelEnv):
         self.workdir: Path | None = None
         self.tool_schemas: list[dict[str, Any]] = json.loads(json.dumps(TOOL_SCHEMAS))
         self._reference_profiles: dict[tuple[str, str], dict[str, EvalResult]] = {}
+        self._judged_candidate: Candidate | None = None
 
     # ------------------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -287,6 +292,7 @@ class WorkspaceEnv(KernelEnv):
         if self._done:
             raise RuntimeError("the episode is over (submitted or out of turns); call reset()")
         self._turn += 1
+        self._judged_candidate = None
         name, result, text, verdict = "", None, "", TOOL_OK
         try:
             name, arguments = self._parse_call(action)
@@ -321,6 +327,8 @@ class WorkspaceEnv(KernelEnv):
         }
         if result is not None:
             info["result"] = compact_result(result)
+            if self._judged_candidate is not None:
+                info["candidate"] = self._judged_candidate.source
         return observation, reward, terminated, truncated, info
 
     def _step_reward(self, command: str | None, result: EvalResult | None) -> float:
@@ -440,6 +448,8 @@ class WorkspaceEnv(KernelEnv):
 
     def _tool_edit_file(self, path: str, old: str, new: str) -> str:
         relative, _, text = self._read(path)
+        if relative in READ_ONLY_FILES:
+            raise _ToolError(f"{relative} is read-only (the reference, the guide and the binding registry are fixed)")
         if not old:
             raise _ToolError("old is empty: give the exact text to replace")
         count = text.count(old)
@@ -487,6 +497,7 @@ class WorkspaceEnv(KernelEnv):
             result = EvalResult(task_id=task.id, backend=backend, error_code=ErrorCode.INVALID_ACTION, message=str(exc),
                                 precision=self.config.precision, policy=self.config.policy)
         else:
+            self._judged_candidate = candidate
             config = {"compile": self.compile_config, "check": self.check_config}.get(command, self.config)
             result = self.evaluator.evaluate(task, candidate, backend=None if self.backend_request == "auto"
                                              else self.backend_request, config=config)
