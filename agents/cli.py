@@ -44,10 +44,15 @@ def add_command(commands: argparse._SubParsersAction) -> None:
     tasks.add_argument("--data-path", help="KernelBench / Ops-6K data (else $CUDA_GYM_KERNELBENCH / $CUDA_GYM_OPS6K)")
 
     play = agent.add_argument_group("episodes")
-    play.add_argument("--max-turns", type=int, default=8, help="turns per episode (default 8)")
+    play.add_argument("--env", default="text", choices=["text", "workspace"],
+                      help="text: one message with a #! command and a candidate per turn (KernelEnv); workspace: "
+                           "CUDA Agent's workspace through function calling, one tool call per turn (WorkspaceEnv, "
+                           "docs/workspace.md; the server must parse tool calls). Default text")
+    play.add_argument("--max-turns", type=int, help="turns per episode (default 8; --env workspace: 40)")
     play.add_argument("--episodes-per-task", type=int, default=1, help="episodes per task (default 1)")
     play.add_argument("--concurrency", type=int, default=4, help="episodes played at once (default 4)")
-    play.add_argument("--reward-mode", default="per_step", choices=["per_step", "final"], help="default per_step")
+    play.add_argument("--reward-mode", choices=["per_step", "final"],
+                      help="default per_step; --env workspace: final (the best judged result of the episode)")
     play.add_argument("--out", help="output directory (default: cuda_gym_results/agent_<time>); must be new")
     play.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_eval_options(agent)
@@ -116,10 +121,13 @@ def run_agent(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("cuda_gym_results") / f"agent_{dt.datetime.now():%Y%m%d_%H%M%S}"
     if (out / TRAJECTORIES_FILE).exists():
         return _error(f"{out / TRAJECTORIES_FILE} exists; choose a new --out directory (nothing is overwritten)")
-    if args.max_turns < 1 or args.episodes_per_task < 1 or args.concurrency < 1:
+    workspace = args.env == "workspace"
+    max_turns = args.max_turns if args.max_turns is not None else (40 if workspace else 8)
+    reward_mode = args.reward_mode or ("final" if workspace else "per_step")
+    if max_turns < 1 or args.episodes_per_task < 1 or args.concurrency < 1:
         return _error("--max-turns, --episodes-per-task and --concurrency must be at least 1")
     config = RolloutConfig(episodes_per_task=args.episodes_per_task, concurrency=args.concurrency,
-                           max_turns=args.max_turns, reward_mode=args.reward_mode,
+                           max_turns=max_turns, reward_mode=reward_mode, env=args.env,
                            react=ReactConfig(context_tokens=args.context_tokens))
     # The evaluator first (seconds): a problem there shows before a large checkpoint is loaded (minutes).
     with Evaluator(args.backend, evaluator_config(args)) as evaluator:
@@ -129,7 +137,8 @@ def run_agent(args: argparse.Namespace) -> int:
             return _error(str(exc))
         try:
             print(f"cuda-gym agent: {len(tasks)} task(s) x {args.episodes_per_task} episode(s), {chat.name} "
-                  f"model {chat.model!r}, backend {evaluator.backend}, up to {args.max_turns} turns; writing {out}")
+                  f"model {chat.model!r}, backend {evaluator.backend}, {args.env} env, up to {max_turns} turns; "
+                  f"writing {out}")
             summary = rollout(chat, tasks, evaluator, out, config, backend=args.backend,
                               progress=not args.no_progress)
         finally:

@@ -21,12 +21,13 @@ ends with `end_reason="context_budget"`.
 """
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from .llm.base import BackendError, ChatBackend, Message
+from .llm.base import BackendError, ChatBackend, Message, parse_tool_calls
 from .trajectory import Trajectory, Turn
 
 WORKFLOW_GUIDE = """\
@@ -285,5 +286,169 @@ class ReactPolicy:
         return trajectory
 
 
-__all__ = ["ParsedReply", "ReactConfig", "ReactPolicy", "START_MESSAGE", "WORKFLOW_GUIDE", "action_for",
-           "parse_reply"]
+# ------------------------------------------------------------------------- function calling
+
+TOOL_GUIDE = """\
+## How to work
+Act through the tools, one call per turn. Read GUIDE.md first (the file layout, the binding
+registry, the rules). Profile the reference before you write anything, then write kernels/, their
+bindings and model_new.py; compile until it builds, verify until it is correct, profile to see
+where the time goes and make it faster; submit your best correct version before the turns run out."""
+
+TOOL_START_MESSAGE = "Start with read_file GUIDE.md, then profile the reference. Call one tool per turn."
+_NOT_RUN = "error: not run: call one tool per turn (only the first call of a reply runs); call it again"
+
+
+@dataclass
+class _ToolExchange:
+    turn: int
+    assistant: Message  # the reply as the conversation holds it (content, tool_calls)
+    results: list[Message]  # the tool messages (or one user message) answering it
+    error_code: str
+
+
+class ToolReactPolicy(ReactPolicy):
+    """The ReAct loop through function calling, on a `WorkspaceEnv` (CUDA Agent's workspace).
+
+    The model sees the environment's reset text plus `TOOL_GUIDE` as the system prompt,
+    `TOOL_START_MESSAGE`, and is offered `env.unwrapped.tool_schemas` on every call. Each reply is
+    one turn: its first tool call (the backend's `tool_calls`, else `<tool_call>` blocks or a JSON
+    object in its text, `agents.llm.parse_tool_calls`) is stepped as the action, and the result comes
+    back as a `tool` message (further calls of the reply get a "not run" result). A reply without
+    a call is stepped as text, so the environment says what is wrong with it, and its result
+    comes back as a user message. Context: when the conversation does not fit, the oldest turns'
+    file contents (write_file / edit_file arguments) and tool results are shortened, then the
+    oldest turns dropped, the latest result always whole; if it still does not fit, the episode
+    ends with `end_reason="context_budget"`. Never raises for what a model or server does.
+    """
+
+    def system_prompt(self, task_prompt: str) -> str:
+        return task_prompt.rstrip() + ("\n\n" + TOOL_GUIDE if self.config.guide else "")
+
+    @staticmethod
+    def _shortened(exchange: _ToolExchange) -> tuple[Message, list[Message]]:
+        assistant = dict(exchange.assistant)
+        calls = []
+        for call in assistant.get("tool_calls") or []:
+            function = dict(call["function"])
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except json.JSONDecodeError:
+                arguments = None
+            if isinstance(arguments, dict):
+                for key in ("content", "old", "new"):
+                    value = arguments.get(key)
+                    if isinstance(value, str) and len(value) > 200:
+                        arguments[key] = f"[{len(value)} characters omitted to save context; read_file shows the file]"
+                function["arguments"] = json.dumps(arguments)
+            calls.append(dict(call, function=function))
+        if calls:
+            assistant["tool_calls"] = calls
+        results = []
+        for message in exchange.results:
+            lines = (message.get("content") or "").splitlines()
+            results.append(dict(message, content="\n".join(lines[:1] + ["[result shortened to save context]"])))
+        return assistant, results
+
+    def messages(self, system: str, exchanges: list, best_turn: int | None, shorten: int = 0,
+                 drop: int = 0) -> list[Message]:
+        """The conversation: the oldest `drop` exchanges left out, the next `shorten` shortened;
+        the latest result is never shortened or dropped."""
+        out: list[Message] = [{"role": "system", "content": system}, {"role": "user", "content": TOOL_START_MESSAGE}]
+        last = len(exchanges) - 1
+        dropped = sum(1 for index in range(len(exchanges)) if index < drop and index != last)
+        if dropped:
+            out[-1] = dict(out[-1], content=out[-1]["content"] + f"\n[{dropped} earlier turn(s) left out to save context]")
+        for index, exchange in enumerate(exchanges):
+            if index < drop and index != last:
+                continue
+            if index < drop + shorten and index != last:
+                assistant, results = self._shortened(exchange)
+            else:
+                assistant, results = exchange.assistant, exchange.results
+            out.append(assistant)
+            out.extend(results)
+        return out
+
+    def play(self, env: Any, chat: ChatBackend, task: Any, *, episode: int = 0, seed: int | None = None) -> Trajectory:
+        """Play one episode of `task` in `env` (a WorkspaceEnv) with `chat`, through tool calls."""
+        started = time.monotonic()
+        prompt, info = env.reset(seed=seed, options={"task": task})
+        tools = env.unwrapped.tool_schemas
+        trajectory = Trajectory(task_id=info["task_id"], level=int(info["level"]), episode=episode,
+                                backend=chat.name, model=chat.model, env_backend=info["backend"],
+                                max_turns=int(info["max_turns"]), sampling=chat.sampling.to_dict())
+        system = self.system_prompt(prompt)
+        exchanges: list[_ToolExchange] = []
+        counting = _ToolCounting(chat, tools)
+        while True:
+            messages = self._fit(counting, system, exchanges, None)
+            if messages is None:
+                trajectory.end_reason = "context_budget"
+                trajectory.error = (f"the conversation does not fit {self.config.context_tokens} tokens with "
+                                    f"{chat.sampling.max_new_tokens} for the reply, even shortened")
+                break
+            generation_started = time.monotonic()
+            try:
+                reply = chat.chat(messages, tools=tools)
+            except Exception as exc:  # BackendError after retries, or anything else a backend raised
+                message = str(exc) if isinstance(exc, BackendError) else f"{type(exc).__name__}: {exc}"
+                trajectory.end_reason, trajectory.error = "backend_error", message
+                break
+            generation_seconds = time.monotonic() - generation_started
+            text = reply.text if isinstance(reply.text, str) else ""
+            native_calls = list(reply.tool_calls or [])
+            calls = native_calls or parse_tool_calls(text, id_prefix=f"turn{len(exchanges) + 1}")
+            action = (json.dumps({"name": calls[0]["name"], "arguments": calls[0]["arguments"]}) if calls else text)
+            step_started = time.monotonic()
+            try:
+                observation, reward, terminated, truncated, step_info = env.step(action)
+            except Exception as exc:  # the environment itself failed: keep what was played
+                trajectory.end_reason, trajectory.error = "env_error", f"{type(exc).__name__}: {exc}"
+                break
+            eval_seconds = time.monotonic() - step_started
+            result = step_info.get("result")
+            turn = Turn(
+                index=int(step_info["turn"]), messages=messages, reply=text, command=step_info.get("command"),
+                candidate=step_info.get("candidate"), observation=observation, reward=float(reward),
+                error_code=step_info["verdict"], speedup_vs_eager=(result or {}).get("speedup_vs_eager"),
+                speedup_vs_compile=(result or {}).get("speedup_vs_compile"), result=result,
+                generation_seconds=generation_seconds, eval_seconds=eval_seconds,
+                prompt_token_ids=reply.prompt_token_ids, token_ids=reply.token_ids, logprobs=reply.logprobs,
+                usage=dict(reply.usage), finish_reason=reply.finish_reason, tool_calls=calls or None,
+            )
+            trajectory.turns.append(turn)
+            trajectory.total_reward += turn.reward
+            note = _CUT_NOTE.format(limit=chat.sampling.max_new_tokens) if reply.finish_reason == "length" else ""
+            if native_calls:
+                assistant: Message = {"role": "assistant", "content": text, "tool_calls": [
+                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                    for c in native_calls]}
+                results = [{"role": "tool", "tool_call_id": c["id"], "content": (observation + note) if i == 0
+                            else _NOT_RUN} for i, c in enumerate(native_calls)]
+            else:  # calls written as text (or none): the conversation keeps them as text
+                assistant = {"role": "assistant", "content": text}
+                extra = f"\n{_NOT_RUN} (calls after the first)" if len(calls) > 1 else ""
+                results = [{"role": "user", "content": observation + note + extra}]
+            exchanges.append(_ToolExchange(turn=turn.index, assistant=assistant, results=results,
+                                           error_code=turn.error_code))
+            if terminated or truncated:
+                trajectory.end_reason = "submit" if terminated else "max_turns"
+                break
+        trajectory.seconds = time.monotonic() - started
+        return trajectory
+
+
+class _ToolCounting:
+    """`chat` for `ReactPolicy._fit`: counts prompt tokens with the tool schemas included."""
+
+    def __init__(self, chat: ChatBackend, tools: list[dict[str, Any]]):
+        self.sampling = chat.sampling
+        self._chat, self._tools = chat, tools
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        return self._chat.count_tokens(messages, tools=self._tools)
+
+
+__all__ = ["ParsedReply", "ReactConfig", "ReactPolicy", "START_MESSAGE", "TOOL_GUIDE", "TOOL_START_MESSAGE",
+           "ToolReactPolicy", "WORKFLOW_GUIDE", "action_for", "parse_reply"]

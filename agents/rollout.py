@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .llm.base import ChatBackend
-from .react import ReactConfig, ReactPolicy
+from .react import ReactConfig, ReactPolicy, ToolReactPolicy
 from .trajectory import BestCandidate, Trajectory, append_trajectory, best_rank
 
+ENVIRONMENTS = ("text", "workspace")
 TRAJECTORIES_FILE = "trajectories.jsonl"
 SUMMARY_FILE = "summary.json"
 
@@ -46,7 +47,11 @@ class RolloutConfig:
     plays up to 150 turns in training and 200 in evaluation; each turn costs an evaluation).
     concurrency: episodes in flight at once (the model generates for one while another is judged).
     seed: episode e resets its environment with `reset(seed=seed + e)` (Gymnasium seeding; KernelEnv
-    uses its RNG only to draw a task, and rollout names the task, so it changes nothing there)."""
+    uses its RNG only to draw a task, and rollout names the task, so it changes nothing there).
+    env: "text" (KernelEnv, the ReAct policy answering with `#!` commands and code blocks) or
+    "workspace" (WorkspaceEnv, CUDA Agent's workspace: `agents.react.ToolReactPolicy` through
+    function calling; choose its turns and reward mode here, e.g. max_turns=40, reward_mode="final",
+    the registered workspace IDs' defaults)."""
 
     episodes_per_task: int = 1
     concurrency: int = 4
@@ -55,6 +60,7 @@ class RolloutConfig:
     reward_mode: str = "per_step"
     seed: int = 0
     react: ReactConfig = field(default_factory=ReactConfig)
+    env: str = "text"
 
 
 def rollout(chat: ChatBackend, tasks: Iterable[Any], evaluator: Any, out_dir: str | os.PathLike,
@@ -67,8 +73,12 @@ def rollout(chat: ChatBackend, tasks: Iterable[Any], evaluator: Any, out_dir: st
     from tqdm import tqdm
 
     from cuda_gym.envs.kernel_env import KernelEnv
+    from cuda_gym.envs.workspace_env import WorkspaceEnv
 
     config = config or RolloutConfig()
+    if config.env not in ENVIRONMENTS:
+        raise ValueError(f"RolloutConfig.env must be one of {ENVIRONMENTS}, got {config.env!r}")
+    env_class = WorkspaceEnv if config.env == "workspace" else KernelEnv
     tasks = list(tasks)
     if not tasks:
         raise ValueError("no tasks to play")
@@ -78,7 +88,7 @@ def rollout(chat: ChatBackend, tasks: Iterable[Any], evaluator: Any, out_dir: st
     if trajectories_path.exists():
         raise FileExistsError(f"{trajectories_path} exists; choose a new output directory (nothing is overwritten)")
     trajectories_path.touch()
-    policy = ReactPolicy(config.react)
+    policy = ToolReactPolicy(config.react) if config.env == "workspace" else ReactPolicy(config.react)
     jobs = [(task, episode) for task in tasks for episode in range(config.episodes_per_task)]
     finished: list[Trajectory] = []
     lock = threading.Lock()
@@ -87,7 +97,7 @@ def rollout(chat: ChatBackend, tasks: Iterable[Any], evaluator: Any, out_dir: st
     def play(task: Any, episode: int) -> Trajectory:
         env = None
         try:
-            env = KernelEnv(backend=backend, evaluator=evaluator, max_turns=config.max_turns, reward=config.reward,
+            env = env_class(backend=backend, evaluator=evaluator, max_turns=config.max_turns, reward=config.reward,
                             reward_mode=config.reward_mode)
             return policy.play(env, chat, task, episode=episode, seed=config.seed + episode)
         except Exception as exc:  # the environment could not start the episode: still one record per episode

@@ -41,6 +41,13 @@ read these records; every field below means exactly what its line says.
 - `usage`: `{"prompt_tokens": int, "completion_tokens": int}` as the backend counted them.
 - `finish_reason`: why generation stopped: "stop" (end of sequence or a stop string), "length"
   (hit max_new_tokens; the reply is cut), or what the server said.
+- `tool_calls`: in workspace episodes (tool calling, `agents.react.ToolReactPolicy`), the reply's
+  function calls, each `{"id", "name", "arguments" (JSON text)}`; the first was stepped and
+  `observation` is its result (any others were answered "not run"). None in text episodes.
+  There `command` is the evaluation a judging tool ran ("compile", "check" for verify, "eval" for
+  profile, "submit") and None for file tools and bad calls; `error_code` is the environment's
+  verdict ("TOOL_OK", "TOOL_ERROR", "INVALID_ACTION", "COMPILED" or an `ErrorCode` value);
+  `candidate` is the packed workdir that was judged (`cuda_gym.eval.candidate.unpack_files`).
 
 `Trajectory`: `task_id`, `level`, `episode` (0-based index of this episode among the task's
 episodes in a rollout), `backend` (the chat backend: "openai", "transformers", "scripted"), `model`
@@ -104,6 +111,7 @@ class Turn:
     logprobs: list[float] | None = None
     usage: dict[str, int] = field(default_factory=dict)
     finish_reason: str | None = None
+    tool_calls: list[dict[str, str]] | None = None
 
     @property
     def correct(self) -> bool:

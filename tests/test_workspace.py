@@ -206,3 +206,123 @@ def test_multifile_episode_compile_error_fix_verify_profile(cpu_evaluator, tmp_p
     assert info["verdict"] == "RUNTIME_ERROR" and reward == -1
     assert "ZeroDivisionError" in observation and f'"model_new.py", line {zero_line}' in observation
     env.close()
+
+
+# ------------------------------------------------------------------------ the tool-calling agent
+
+def test_parse_tool_calls_from_text():
+    from agents.llm import parse_tool_calls
+
+    text = ('I will look.\n<tool_call>\n{"name": "read_file", "arguments": {"path": "GUIDE.md"}}\n</tool_call>'
+            '<tool_call>not json</tool_call><tool_call>{"name": "verify", "arguments": {}}</tool_call>')
+    assert parse_tool_calls(text) == [{"id": "call_0", "name": "read_file", "arguments": '{"path": "GUIDE.md"}'},
+                                      {"id": "call_1", "name": "verify", "arguments": "{}"}]
+    assert parse_tool_calls('{"name": "submit", "arguments": {}}')[0]["name"] == "submit"
+    assert parse_tool_calls("no call here") == [] and parse_tool_calls('{"path": 1}') == []
+
+
+def test_tool_policy_shortens_old_file_contents_to_fit_the_context(tmp_path):
+    from agents.llm import ChatReply, SamplingConfig, ScriptedChat
+    from agents.react import ReactConfig, ToolReactPolicy
+
+    def reply(index, name, **arguments):
+        return ChatReply(text="", finish_reason="stop", tool_calls=[
+            {"id": f"c{index}", "name": name, "arguments": json.dumps(arguments)}])
+
+    big = "// filler\n" * 900  # ~9900 characters
+    chat = ScriptedChat([reply(i, "write_file", path=f"notes{i}.md", content=big) for i in range(3)],
+                        sampling=SamplingConfig(max_new_tokens=100))
+    env = WorkspaceEnv(backend="cpu", max_turns=3, workdir_root=tmp_path)
+    trajectory = ToolReactPolicy(ReactConfig(context_tokens=9000)).play(env, chat, get_task(GELU_TASK))
+    env.close()
+    assert trajectory.end_reason == "max_turns" and [t.error_code for t in trajectory.turns] == ["TOOL_OK"] * 3
+    assert all(t.tool_calls and t.tool_calls[0]["name"] == "write_file" for t in trajectory.turns)
+    assert all(tools is not None and len(tools) == 8 for tools in chat.tools)
+    last = chat.calls[-1]
+    assistants = [m for m in last if m["role"] == "assistant"]
+    assert len(assistants) == 2 and "characters omitted to save context" in assistants[0]["tool_calls"][0][
+        "function"]["arguments"]
+    assert json.loads(assistants[-1]["tool_calls"][0]["function"]["arguments"])["content"] == big  # the latest whole
+    assert [m["tool_call_id"] for m in last if m["role"] == "tool"] == ["c0", "c1"]
+    assert chat.count_tokens(last, tools=chat.tools[-1]) <= 9000 - 100
+
+
+def test_transformers_chat_renders_tools_through_the_chat_template():
+    pytest.importorskip("transformers")
+    from agents.llm import TransformersChat
+
+    from .test_agents_transformers import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(["read_file GUIDE.md tools list_files verify"])
+    tokenizer.chat_template = (
+        "{% if tools %}<s>tools\n{% for t in tools %}{{ t.function.name }} {% endfor %}</s>\n{% endif %}"
+        "{% for m in messages %}<s>{{ m.role }}\n{{ m.content }}"
+        "{% for c in m.tool_calls or [] %}[{{ c.function.name }} {{ c.function.arguments.path }}]{% endfor %}</s>\n"
+        "{% endfor %}{% if add_generation_prompt %}<s>assistant\n{% endif %}")
+    chat = TransformersChat(model, tokenizer)
+    messages = [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "c0", "type": "function", "function": {"name": "read_file",
+                                                                  "arguments": '{"path": "GUIDE.md"}'}}]},
+                {"role": "tool", "tool_call_id": "c0", "content": "the guide"}]
+    with_tools = tokenizer.decode(chat._prompt_ids(messages, TOOL_SCHEMAS))
+    assert with_tools.startswith("<s>tools\nlist_files read_file write_file edit_file compile verify")
+    assert "[read_file GUIDE.md]" in with_tools  # JSON-text arguments reach the template as an object
+    assert chat.count_tokens(messages, TOOL_SCHEMAS) > chat.count_tokens(messages)
+
+
+def test_cuda_gym_agent_drives_the_workspace_through_openai_tool_calls(tmp_path, monkeypatch, capsys, cache_dir):
+    pytest.importorskip("openai")
+    from agents.trajectory import read_trajectories
+    from cuda_gym.cli import main
+
+    from .test_agents_openai import ChatServer, quick_evaluator_config
+
+    monkeypatch.setenv("CUDA_GYM_CACHE", cache_dir)
+    quick_evaluator_config(monkeypatch)
+    solution = solution_path(get_task(GELU_TASK), "cpu").read_text()
+
+    def tool_reply(body, *calls):
+        response = ChatServer.completion(body, "")
+        response["choices"][0]["message"]["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+            for i, (name, arguments) in enumerate(calls)]
+        response["choices"][0]["finish_reason"] = "tool_calls"
+        return ("raw", response)
+
+    def script(body, index):
+        played = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        return [lambda: tool_reply(body, ("read_file", {"path": "GUIDE.md"})),
+                lambda: tool_reply(body, ("write_file", {"path": "model_new.py", "content": solution}),
+                                   ("list_files", {})),
+                lambda: "I will verify now, without a call.",
+                lambda: tool_reply(body, ("verify", {})),
+                lambda: tool_reply(body, ("submit", {}))][played]() if played < 5 else ("status", 400)
+
+    server = ChatServer(script)
+    out = tmp_path / "run"
+    try:
+        code = main(["agent", "--env", "workspace", "--base-url", server.base_url, "--model", "tool-model",
+                     "--tasks", GELU_TASK, "--backend", "cpu", "--out", str(out), "--no-compile-baseline",
+                     "--no-progress"])
+    finally:
+        server.close()
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert all(len(r["tools"]) == 8 and r["tools"][0]["function"]["name"] == "list_files" for r in server.requests)
+    (trajectory,) = read_trajectories(out / "trajectories.jsonl")
+    assert trajectory.end_reason == "submit" and trajectory.max_turns == 40
+    assert [t.error_code for t in trajectory.turns] == ["TOOL_OK", "TOOL_OK", "INVALID_ACTION", "OK", "OK"]
+    assert [t.command for t in trajectory.turns] == [None, None, None, "check", "submit"]
+    assert [[c["name"] for c in t.tool_calls or []] for t in trajectory.turns] == [
+        ["read_file"], ["write_file", "list_files"], [], ["verify"], ["submit"]]
+    assert "# Workflow guide" in trajectory.turns[0].observation
+    assert trajectory.turns[4].reward >= 1 and trajectory.best().correct and trajectory.best().candidate == solution
+    # The conversation the server saw: tool results answer their call ids; the second call was not run.
+    last = server.requests[-1]["messages"]
+    tool_messages = [m for m in last if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_messages] == ["call_0", "call_0", "call_1", "call_0"]
+    assert "created model_new.py" in tool_messages[1]["content"] and "not run" in tool_messages[2]["content"]
+    assert any(m["role"] == "user" and "not valid JSON" in m["content"] for m in last)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pass_rate"] == 1.0 and summary["config"]["env"] == "workspace"

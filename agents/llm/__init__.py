@@ -7,10 +7,10 @@
 `openai`, `torch` and `transformers` (the `agents` extra) are imported only when a backend that
 needs them is built or used.
 """
-from .base import BackendError, ChatBackend, ChatReply, Message, SamplingConfig
+from .base import BackendError, ChatBackend, ChatReply, Message, SamplingConfig, ToolCall, parse_tool_calls
 from .openai_chat import OpenAIChat
 from .scripted import ScriptedChat
 from .transformers_chat import TransformersChat
 
 __all__ = ["BackendError", "ChatBackend", "ChatReply", "Message", "OpenAIChat", "SamplingConfig", "ScriptedChat",
-           "TransformersChat"]
+           "ToolCall", "TransformersChat", "parse_tool_calls"]

@@ -1,6 +1,7 @@
 """`OpenAIChat`: any OpenAI-compatible chat-completions server (vLLM, SGLang, a hosted API)."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -24,6 +25,11 @@ class OpenAIChat(ChatBackend):
     for the prompt and generated token ids (`return_token_ids=True`, its response fields
     `prompt_token_ids` and `choices[0].token_ids`); servers that do not know it may reject it.
     extra_body: more request fields for the server (e.g. {"top_k": 20}).
+
+    Function calling: `chat(messages, tools=[...])` sends the OpenAI function schemas as `tools`
+    (the server picks, as with `tool_choice="auto"`); the reply's `message.tool_calls` become
+    `ChatReply.tool_calls`. vLLM needs `--enable-auto-tool-choice --tool-call-parser <parser>`
+    (e.g. hermes for Qwen), SGLang `--tool-call-parser <parser>` (e.g. qwen25); see docs/workspace.md.
     """
 
     name = "openai"
@@ -50,10 +56,12 @@ class OpenAIChat(ChatBackend):
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
                                      timeout=self.timeout_s, max_retries=0)
 
-    def _request(self, messages: list[Message]) -> dict[str, Any]:
+    def _request(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         sampling = self.sampling
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": sampling.temperature,
                                   "top_p": sampling.top_p, "max_tokens": sampling.max_new_tokens}
+        if tools:
+            kwargs["tools"] = tools
         if sampling.seed is not None:
             kwargs["seed"] = sampling.seed
         if self.logprobs:
@@ -71,8 +79,8 @@ class OpenAIChat(ChatBackend):
             return True
         return isinstance(exc, openai.APIStatusError) and exc.status_code in RETRYABLE_STATUS
 
-    def chat(self, messages: list[Message]) -> ChatReply:
-        request = self._request(messages)
+    def chat(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> ChatReply:
+        request = self._request(messages, tools)
         failures: list[str] = []
         for attempt in range(self.retries + 1):
             try:
@@ -118,7 +126,16 @@ def _parse(data: dict[str, Any], where: str) -> ChatReply:
     token_ids = choice.get("token_ids")
     prompt_token_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
     usage = data.get("usage") or {}
+    tool_calls = []
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function") or {}
+        if not isinstance(function.get("name"), str):
+            continue
+        arguments = function.get("arguments")
+        tool_calls.append({"id": str(call.get("id") or f"call_{index}"), "name": function["name"],
+                           "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {})})
     return ChatReply(
+        tool_calls=tool_calls or None,
         text=text, finish_reason=choice.get("finish_reason"),
         prompt_token_ids=[int(t) for t in prompt_token_ids] if prompt_token_ids else None,
         token_ids=[int(t) for t in token_ids] if token_ids else None, logprobs=logprobs,

@@ -10,10 +10,11 @@ from .base import BackendError, ChatBackend, ChatReply, Message, SamplingConfig
 class ScriptedChat(ChatBackend):
     """Replies from a script instead of a model.
 
-    `replies` is either a sequence (each item a reply text, a `ChatReply`, or an exception to raise,
-    e.g. `BackendError`, served in order to whoever calls next) or a callable `messages -> item`
-    (for rollouts of many episodes at once, where the reply must depend on the conversation).
-    When a sequence runs out, `chat` raises `BackendError`.
+    `replies` is either a sequence (each item a reply text, a `ChatReply` (e.g. with `tool_calls`),
+    or an exception to raise, e.g. `BackendError`, served in order to whoever calls next) or a
+    callable `messages -> item` (for rollouts of many episodes at once, where the reply must depend
+    on the conversation). When a sequence runs out, `chat` raises `BackendError`. `tools` is
+    recorded per call (`self.tools`) and otherwise ignored: the script decides what is called.
     """
 
     name = "scripted"
@@ -26,10 +27,12 @@ class ScriptedChat(ChatBackend):
         self._queue = None if callable(replies) else list(replies)
         self._lock = threading.Lock()
         self.calls: list[list[Message]] = []  # the messages of every call, in order
+        self.tools: list[list[dict] | None] = []  # the tools offered in every call, in order
 
-    def chat(self, messages: list[Message]) -> ChatReply:
+    def chat(self, messages: list[Message], tools: list[dict] | None = None) -> ChatReply:
         with self._lock:
             self.calls.append([dict(m) for m in messages])
+            self.tools.append(tools)
             if self._script is not None:
                 item = self._script(messages)
             elif self._queue:

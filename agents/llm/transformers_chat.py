@@ -1,11 +1,12 @@
 """`TransformersChat`: a local checkpoint through its chat template and `generate`."""
 from __future__ import annotations
 
+import json
 import os
 import threading
 from typing import Any
 
-from .base import BackendError, ChatBackend, ChatReply, Message, SamplingConfig
+from .base import BackendError, ChatBackend, ChatReply, Message, SamplingConfig, parse_tool_calls
 
 
 class TransformersChat(ChatBackend):
@@ -22,6 +23,13 @@ class TransformersChat(ChatBackend):
     - `logprobs`: `log_softmax(logits)` of the model's raw next-token logits at generation time,
       gathered at each sampled id: the model's own distribution, before temperature and top-p
       (as vLLM's default `raw_logprobs`), so a forward pass over prompt + generated ids recomputes them.
+
+    Function calling: `chat(messages, tools=[...])` renders the OpenAI function schemas through the
+    chat template's `tools` argument (`apply_chat_template(messages, tools=...)`; assistant tool
+    calls' JSON-text arguments are given to the template as objects, as Hugging Face templates
+    expect), and the reply's `<tool_call>{...}</tool_call>` blocks (the Hermes / Qwen format;
+    `agents.llm.parse_tool_calls`) become `ChatReply.tool_calls`. A template that ignores `tools`
+    shows the model no schemas.
 
     Generation is serialised (one call at a time per instance), so threads can share it.
     """
@@ -71,21 +79,22 @@ class TransformersChat(ChatBackend):
         model.eval()
         return cls(model, tokenizer, sampling=sampling, model_name=model_name or path)
 
-    def _prompt_ids(self, messages: list[Message]) -> list[int]:
-        encoded = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                      return_dict=True)
+    def _prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        options: dict[str, Any] = {"tools": tools} if tools else {}
+        encoded = self._tokenizer.apply_chat_template(_template_messages(messages), add_generation_prompt=True,
+                                                      tokenize=True, return_dict=True, **options)
         return list(encoded["input_ids"])
 
-    def count_tokens(self, messages: list[Message]) -> int:
-        return len(self._prompt_ids(messages))
+    def count_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
+        return len(self._prompt_ids(messages, tools))
 
-    def chat(self, messages: list[Message]) -> ChatReply:
+    def chat(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> ChatReply:
         import torch
 
         sampling = self.sampling
         with self._lock:
             try:
-                prompt_ids = self._prompt_ids(messages)
+                prompt_ids = self._prompt_ids(messages, tools)
                 device = next(self._model.parameters()).device
                 input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
                 sample = sampling.temperature > 0
@@ -107,6 +116,31 @@ class TransformersChat(ChatBackend):
         token_ids = [int(t) for t in generated.tolist()]
         stopped = bool(token_ids) and token_ids[-1] in self._eos_ids
         text = self._tokenizer.decode(token_ids, skip_special_tokens=True)
+        # Tool-call tags may be special tokens that the text above leaves out: parse the raw decode.
+        tool_calls = parse_tool_calls(self._tokenizer.decode(token_ids, skip_special_tokens=False)) if tools else []
         return ChatReply(text=text, finish_reason="stop" if stopped else "length", prompt_token_ids=prompt_ids,
                          token_ids=token_ids, logprobs=[float(v) for v in logprobs.tolist()],
-                         usage={"prompt_tokens": len(prompt_ids), "completion_tokens": len(token_ids)})
+                         usage={"prompt_tokens": len(prompt_ids), "completion_tokens": len(token_ids)},
+                         tool_calls=tool_calls or None)
+
+
+def _template_messages(messages: list[Message]) -> list[Message]:
+    """Messages as Hugging Face chat templates take them: tool calls' arguments as objects."""
+    converted = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if calls:
+            message = dict(message, tool_calls=[_template_call(c) for c in calls])
+        converted.append(message)
+    return converted
+
+
+def _template_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            function["arguments"] = json.loads(arguments)
+        except json.JSONDecodeError:
+            pass  # not JSON: the template gets the text as the model wrote it
+    return dict(call, function=function)
