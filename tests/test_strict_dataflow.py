@@ -371,6 +371,53 @@ def test_pytorch_compute_inside_the_candidates_own_op_is_hidden():
     assert recorder.ops["cuda_gym_strict_test::relu_by_torch"] == 1  # the op itself is the candidate's
 
 
+@pytest.mark.parametrize("tamper", [None, "ops", "profiler", "method", "marks", "watch", "popped"])
+def test_is_active_reports_a_rebound_recorder(tamper):
+    """What candidate code that got hold of the recorder could rebind (its tallies, its profiler
+    handle, a method on the instance, its marks, its watch) makes `is_active()` false, and the
+    worker reports the recording as not intact."""
+    from collections import Counter
+
+    recorder = guard.OpRecorder()
+    x = torch.randn(2, 4)
+    with torch.no_grad(), recorder:
+        Forward(lambda self, x: x)(x)
+        if tamper == "ops":
+            recorder.ops = Counter()
+        elif tamper == "profiler":
+            recorder._profiler = None
+        elif tamper == "method":
+            recorder._judge = lambda *args: (None, [])
+        elif tamper == "marks":
+            recorder._marks._marks = {}
+        elif tamper == "watch":
+            recorder._watch.recorder = guard.OpRecorder()
+        active = recorder.is_active()
+        if tamper == "popped":
+            with _disable_current_modes():
+                active = recorder.is_active()
+    assert active is (tamper is None)
+
+
+def test_forward_hook_is_gone_before_the_forward_runs():
+    """The recorder's global forward pre-hook (a bound method: it leads to the recorder) runs first
+    and removes itself, so hooks of the candidate's and its forward never see it."""
+    from torch.nn.modules import module as module_module
+
+    seen = []
+
+    def candidate_hook(module, args):
+        seen.append([getattr(h, "__self__", None) for h in module_module._global_forward_pre_hooks.values()])
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(candidate_hook)
+    try:
+        recorder = record(lambda self, x: candidate_hook(self, x) or x)
+    finally:
+        handle.remove()
+    assert len(seen) == 2 and all(recorder not in entry for entry in seen), seen  # as a hook, and in the forward
+    assert recorder._labelled
+
+
 # ------------------------------------------------------------------------------------ op_is_allowed
 def test_op_is_allowed_judges_recorder_keys():
     assert guard.op_is_allowed("aten::zeros", "strict")

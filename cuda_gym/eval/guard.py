@@ -94,6 +94,8 @@ _MEMORY_METHODS = frozenset({"numpy", "__array__", "__dlpack__", "data_ptr", "un
                              "_typed_storage", "__cuda_array_interface__"})
 _PYTHON_NUMBERS = (bool, int, float, complex)
 _CONSTANT = "constant"  # the mark of a storage that holds a constant
+# OpRecorder attributes that change while it records (the others must stay the objects they were).
+_RECORDER_CHANGING = frozenset({"closed_by", "_vouched", "_native_calls", "_after_native", "_labelled", "_entered"})
 _UNKNOWN_ORIGIN = "a tensor not made in this forward"
 
 # Captured before any candidate code runs (TamperCheck would report rebinding them anyway).
@@ -268,6 +270,7 @@ class OpRecorder(TorchDispatchMode):
         self._hook: Any = None
         self._profiler: Any = None
         self._sentinel = ""
+        self._entered: tuple = ()
 
     # ------------------------------------------------------------------ data flow
     def _origin(self, tensor: Any) -> str | None:
@@ -356,6 +359,10 @@ class OpRecorder(TorchDispatchMode):
                     self._marks.set(_storage_of(tensor), f"{kind} {name}")
 
     def _forward_pre_hook(self, module: Any, args: tuple) -> None:
+        """The first module forward in the block (the worker's call of the model) names the task
+        data, and the hook removes itself before any candidate code runs: torch's global hook dict
+        would otherwise hand the recorder to a hook of the candidate's."""
+        self._hook.remove()
         if not self._labelled:
             with _no_torch_function():
                 self._label_task_data(module, args)
@@ -485,6 +492,10 @@ class OpRecorder(TorchDispatchMode):
             self.ops[PROFILER_FAILED] += 1
         self._native_calls = sum(native.CALL_COUNTS.values())
         self._hook = torch.nn.modules.module.register_module_forward_pre_hook(self._forward_pre_hook)
+        hooks = torch.nn.modules.module._global_forward_pre_hooks
+        if hasattr(hooks, "move_to_end"):
+            hooks.move_to_end(self._hook.id, last=False)  # before any hook of the candidate's
+        self._entered = (dict(vars(self)), dict(vars(self._watch)), self._marks._marks)
         self._watch.__enter__()
         return super().__enter__()
 
@@ -500,7 +511,23 @@ class OpRecorder(TorchDispatchMode):
                 self._finish_profiler()
 
     def is_active(self) -> bool:
-        return any(mode is self for mode in _get_current_dispatch_mode_stack())
+        """Whether the recorder is on the dispatch-mode stack with its own state: no attribute of
+        it or of its watch rebound, added or deleted since it was entered (what its counters and
+        marks hold is not checked: see docs/attack-catalogue.md)."""
+        if not any(mode is self for mode in _get_current_dispatch_mode_stack()):
+            return False
+        entered = vars(self).get("_entered")
+        if not isinstance(entered, tuple) or len(entered) != 3:
+            return False
+        mine, watch, marks = entered
+        now = vars(self)
+        if set(now) != set(mine) or any(now[key] is not value for key, value in mine.items()
+                                        if key not in _RECORDER_CHANGING):
+            return False
+        now_watch = vars(self._watch)
+        if set(now_watch) != set(watch) or now_watch.get("recorder") is not self:
+            return False
+        return type(self._marks) is _StorageMarks and self._marks._marks is marks
 
     def _finish_profiler(self) -> None:
         """Adds the ATen compute ops the profiler saw that the mode did not: an op the mode handled
@@ -593,6 +620,16 @@ def native_call_total() -> int:
 
 
 # ---------------------------------------------------------------------------------------- tripwire
+# Functions that hand out the objects on torch's mode stacks (the op recorder, its watch) or take
+# them off (Tripwire.deny_mode_access).
+_MODE_STACK_ACCESS = (
+    ("torch._C", ("_get_dispatch_stack_at", "_pop_torch_dispatch_stack", "_get_function_stack_at",
+                  "_pop_torch_function_stack")),
+    ("torch.utils._python_dispatch", ("_get_current_dispatch_mode", "_get_current_dispatch_mode_stack", "_pop_mode",
+                                      "_pop_mode_temporarily", "_disable_current_modes")),
+    ("torch.overrides", ("_get_current_function_mode", "_get_current_function_mode_stack", "_pop_mode",
+                         "_pop_mode_temporarily")),
+)
 _DENIED_EVENTS = frozenset({
     "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames", "sys.settrace",
     "sys.setprofile", "sys.addaudithook",
@@ -730,9 +767,60 @@ class Tripwire:
                 raise ValueError("call stack is not deep enough")
             raise PermissionError(f"cuda_gym: candidate code may not use {event} here")
 
+        def denied_to_candidates(function: Callable[..., Any], label: str) -> Callable[..., Any]:
+            """`function`, except that a call from candidate code (its immediate Python caller is
+            code newer than the arming) is recorded and raises PermissionError."""
+            def guarded(*args: Any, **kwargs: Any) -> Any:
+                was_busy = getattr(local, "busy", False)
+                local.busy = True  # this frame request is the tripwire's own
+                try:
+                    caller = getframe(1)
+                finally:
+                    local.busy = was_busy
+                code = caller.f_code
+                if code not in known:
+                    events.append(f"{label} in {code.co_filename.rsplit('/', 1)[-1]}:{caller.f_lineno} "
+                                  f"{code.co_name}")
+                    raise PermissionError(f"cuda_gym: candidate code may not use {label} (the mode stacks hold "
+                                          "the evaluator's op recorder)")
+                return function(*args, **kwargs)
+
+            guarded._cuda_gym_denied_to_candidates = True  # type: ignore[attr-defined]
+            return guarded
+
         sys.addaudithook(hook)
         self.events: Callable[[], list[str]] = lambda: list(events)
         self.record: Callable[[str], None] = events.append
+        self._denied_to_candidates = denied_to_candidates
+        self._mode_access_denied = False
+
+    def deny_mode_access(self) -> None:
+        """Strict policy: candidate code may not read or pop the torch dispatch-mode and
+        torch-function-mode stacks (`torch._C._get_dispatch_stack_at`,
+        `torch.utils._python_dispatch._get_current_dispatch_mode_stack`, `_disable_current_modes`,
+        `torch.overrides._get_current_function_mode_stack`, ...), which hold the op recorder and its
+        watch: with them it could rewrite or switch off what the recorder saw. The functions are
+        replaced in every torch module that holds them; torch's own code (known at arming) still
+        calls them, a call from candidate code is recorded and raises PermissionError."""
+        if self._mode_access_denied:
+            return
+        self._mode_access_denied = True
+        replacements: dict[int, Any] = {}
+        originals: dict[int, Any] = {}
+        for module_name, names in _MODE_STACK_ACCESS:
+            module = sys.modules.get(module_name)
+            for name in names:
+                original = getattr(module, name, None)
+                if original is None or getattr(original, "_cuda_gym_denied_to_candidates", False):
+                    continue
+                originals[id(original)] = original
+                replacements[id(original)] = self._denied_to_candidates(original, f"{module_name}.{name}")
+        for module_name, module in list(sys.modules.items()):
+            if not (module_name == "torch" or module_name.startswith("torch.")) or not isinstance(module, types.ModuleType):
+                continue
+            for name, value in list(vars(module).items()):
+                if id(value) in replacements and originals[id(value)] is value:
+                    setattr(module, name, replacements[id(value)])
 
     def deny_dynamo(self) -> None:
         """Strict policy: TorchDynamo (torch.compile) is not the candidate's kernel. Its C entry
@@ -793,6 +881,8 @@ WATCHED_CLASSES = (
     ("multiprocessing.connection", "Connection"), ("json", "JSONEncoder"), ("json", "JSONDecoder"),
     ("cuda_gym.native", "NativeFunction"), ("cuda_gym.native", "KernelLibrary"),
     ("cuda_gym.eval.guard", "OpRecorder"), ("cuda_gym.eval.guard", "TamperCheck"), ("cuda_gym.eval.guard", "Tripwire"),
+    ("cuda_gym.eval.guard", "_StorageMarks"), ("cuda_gym.eval.guard", "_HostReadWatch"),
+    ("cuda_gym.eval.guard", "_CountingModule"), ("torch.overrides", "TorchFunctionMode"),
     ("cuda_gym.eval.worker", "_Channel"), ("cuda_gym.eval.worker", "_TaskSetup"), ("cuda_gym.eval.timing", "Timer"),
 )
 # ATen ops whose kernels the worker's own checks use (comparison, checksums, timing): a candidate
@@ -935,4 +1025,5 @@ class TamperCheck:
         tripwire = Tripwire.arm()
         if policy == "strict":
             tripwire.deny_dynamo()
+            tripwire.deny_mode_access()
         self.changes: Callable[[], list[str]] = _make_checker(device, tripwire)
