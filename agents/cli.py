@@ -107,8 +107,7 @@ def _chat_backend(args: argparse.Namespace):
 
 
 def run_agent(args: argparse.Namespace) -> int:
-    from cuda_gym.cli import evaluator_config
-    from cuda_gym.eval import Evaluator
+    from cuda_gym.cli import make_evaluator
 
     from .react import ReactConfig
     from .rollout import SUMMARY_FILE, TRAJECTORIES_FILE, RolloutConfig, rollout
@@ -130,7 +129,7 @@ def run_agent(args: argparse.Namespace) -> int:
                            max_turns=max_turns, reward_mode=reward_mode, env=args.env,
                            react=ReactConfig(context_tokens=args.context_tokens))
     # The evaluator first (seconds): a problem there shows before a large checkpoint is loaded (minutes).
-    with Evaluator(args.backend, evaluator_config(args)) as evaluator:
+    with make_evaluator(args) as evaluator:
         try:
             chat = _chat_backend(args)
         except (ValueError, FileNotFoundError, ImportError) as exc:

@@ -141,7 +141,7 @@ def run_solve(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from cuda_gym.cli import evaluator_config
-    from cuda_gym.eval import Evaluator
+    from cuda_gym.cli import make_evaluator
 
     from .template_agent import TemplateAgent, sb3_policy
 
@@ -165,7 +165,7 @@ def run_solve(args: argparse.Namespace) -> int:
         print(f"error: --out {out} exists and is not empty; pick a new directory", file=sys.stderr)
         return 2
     config = evaluator_config(args)
-    with Evaluator(args.backend, config) as evaluator:
+    with make_evaluator(args, config) as evaluator:
         agent = TemplateAgent(evaluator, evaluator.backend, seed=args.seed, eval_config=config)
         meta = {"agent": "template", "backend": evaluator.backend, "device": evaluator.device_name,
                 "budget": args.budget, "sb3_model": args.sb3_model, "date": dt.datetime.now().isoformat(timespec="seconds"),

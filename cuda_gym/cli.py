@@ -41,8 +41,27 @@ def evaluator_config(args: argparse.Namespace):
     return EvalConfig(precision=args.precision, policy=args.policy, baselines=baselines)
 
 
-def _cmd_eval(args: argparse.Namespace) -> int:
+def make_evaluator(args: argparse.Namespace, config=None):
+    """The evaluator that `add_eval_options` asked for: a local `Evaluator` on `--backend`, or with
+    `--ray` a `RayEvaluator` (cuda_gym.eval.distributed) with the same interface. `config`: the
+    EvalConfig (default `evaluator_config(args)`). Use it as a context manager."""
+    config = config or evaluator_config(args)
+    if getattr(args, "ray", None):
+        try:
+            from .eval.distributed import RayEvaluator
+
+            return RayEvaluator(args.backend, args.ray_actors, address=None if args.ray == "auto" else args.ray,
+                                config=config)
+        except (ImportError, ValueError, RuntimeError) as exc:
+            raise SystemExit(f"error: --ray {args.ray}: {exc}") from None
+    if getattr(args, "ray_actors", None):
+        raise SystemExit("error: --ray-actors needs --ray auto|ADDRESS")
     from .eval import Evaluator
+
+    return Evaluator(args.backend, config)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
     from .tasks import get_task
 
     path = Path(args.candidate)
@@ -54,7 +73,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return 2
-    with Evaluator(args.backend, evaluator_config(args)) as evaluator:
+    with make_evaluator(args) as evaluator:
         result = evaluator.evaluate(task, path.read_text(encoding="utf-8"))
     if args.json:
         print(result.to_json(indent=2))
@@ -77,11 +96,10 @@ def _fmt(value: float | None, spec: str) -> str:
 def _cmd_run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .eval import Evaluator
     from .tasks import load_suite, solution_path
 
     config = evaluator_config(args)
-    with Evaluator(args.backend, config) as evaluator:
+    with make_evaluator(args, config) as evaluator:
         backend = evaluator.backend
         tasks = [t for t in load_suite("builtin", levels=tuple(args.level) if args.level else None)
                  if solution_path(t, backend)]
@@ -147,7 +165,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def add_eval_options(sub: argparse.ArgumentParser) -> None:
-    """The evaluator options every command that judges candidates takes (read by `evaluator_config`)."""
+    """The evaluator options every command that judges candidates takes (read by `evaluator_config` and
+    `make_evaluator`: build the evaluator with `make_evaluator(args, config)`, so that --ray is honoured)."""
     sub.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"],
                      help="where to run (default: cuda if a GPU is visible, else cpu)")
     sub.add_argument("--precision", default="fp32", choices=["fp32", "tf32"], help="precision policy")
@@ -155,6 +174,12 @@ def add_eval_options(sub: argparse.ArgumentParser) -> None:
                      help="strict: all compute in the candidate's own kernels (default)")
     sub.add_argument("--no-compile-baseline", action="store_true",
                      help="skip the torch.compile baseline (faster; speedup vs compile is then absent)")
+    sub.add_argument("--ray", metavar="auto|ADDRESS", default=None,
+                     help="judge on a Ray cluster (pip install 'cuda_gym[ray]'; docs/scaling.md): 'auto' joins the "
+                          "cluster Ray finds (RAY_ADDRESS, a local `ray start`) or starts a local one; else a Ray "
+                          "address (host:6379, ray://host:10001)")
+    sub.add_argument("--ray-actors", type=int, default=None,
+                     help="with --ray: evaluator actors (default: one per GPU; on the cpu backend one per 4 cores)")
 
 
 # Commands that live beside the code they drive: each module has `add_command(commands)`, which adds

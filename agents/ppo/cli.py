@@ -97,8 +97,7 @@ def _device(name: str):
 def _train_menu(args, stages, out: Path) -> int:
     import torch
 
-    from cuda_gym.cli import evaluator_config
-    from cuda_gym.eval import Evaluator
+    from cuda_gym.cli import evaluator_config, make_evaluator
 
     from . import menu
     from .pipeline import run_stages
@@ -122,7 +121,7 @@ def _train_menu(args, stages, out: Path) -> int:
         unknown = [n for n in names if n not in menu.MENU_TASKS]
         if unknown:
             return _error(f"unknown menu tasks {unknown}; the menu has {', '.join(f'menu/L1/{n}' for n in menu.MENU_TASKS)}")
-    with Evaluator(args.backend, config) as evaluator:
+    with make_evaluator(args, config) as evaluator:
         board = menu.MenuEnv(evaluator, names, backend=args.backend, seed=args.seed)
         episodes = args.episodes_per_task or math.ceil(ppo_config.batch_size / len(board.names))
         try:
@@ -146,8 +145,7 @@ def _train_menu(args, stages, out: Path) -> int:
 
 
 def _train_llm(args, stages, out: Path) -> int:
-    from cuda_gym.cli import evaluator_config
-    from cuda_gym.eval import Evaluator
+    from cuda_gym.cli import make_evaluator
 
     from ..cli import _select_tasks
     from ..llm.base import SamplingConfig
@@ -177,7 +175,7 @@ def _train_llm(args, stages, out: Path) -> int:
                                    max_turns=args.max_turns, seed=args.seed,
                                    reward_mode="final" if config.reward_placement == "outcome" else "per_step",
                                    react=ReactConfig(context_tokens=context))
-    with Evaluator(args.backend, evaluator_config(args)) as evaluator:
+    with make_evaluator(args) as evaluator:
         collect = rollout_collector(chat, tasks, evaluator, out, rollout_config, backend=args.backend,
                                     progress=not args.no_progress)
         summary = run_stages(policy, collect, stages, out, ppo_config=config, updates=args.updates or 10,

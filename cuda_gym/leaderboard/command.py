@@ -50,8 +50,7 @@ def _select_tasks(args: argparse.Namespace):
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
-    from ..cli import evaluator_config
-    from ..eval import Evaluator
+    from ..cli import make_evaluator
     from .run import load_leaderboard, run_leaderboard, write_leaderboard
     from .submissions import SubmissionError, read_submissions
 
@@ -77,7 +76,7 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results_log = out / "eval_results.jsonl"  # each verdict as it comes: an interrupted run keeps them
     results_log.unlink(missing_ok=True)
-    with Evaluator(args.backend, evaluator_config(args)) as evaluator:
+    with make_evaluator(args) as evaluator:
         record = run_leaderboard(submissions, tasks, evaluator, seed=args.seed, name=name, origin=str(path),
                                  suite=args.suite or "tasks", failure_speedup=args.failure_speedup,
                                  results_log=results_log)
