@@ -144,8 +144,9 @@ def _rules(backend: str, config: EvalConfig) -> str:
   forward makes from literals or shapes (torch.zeros / ones / full / arange, zeros_like(x),
   torch.tensor of Python numbers): PyTorch ops on constants alone are allowed (e.g.
   torch.zeros(n).to(device), a dtype cast of a constant). Make and move constants before the first
-  call into your native code: once a native call has returned, or task data has been read to the host
-  (.item(), .tolist(), .numpy(), .cpu()), nothing the forward makes is a constant any more.
+  call into your native code (or inside it: torch::zeros(...).to(device) in a load_inline extension's
+  C++ before its launch is fine): once a native call has returned, or task data has been read to the
+  host (.item(), .tolist(), .numpy(), .cpu()), nothing the forward makes is a constant any more.
   {libraries}: those calls do not go through PyTorch."""
     else:
         policy = """\

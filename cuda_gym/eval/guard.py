@@ -13,7 +13,8 @@ native code ran, and whether it tampered with the process.
   modules they return are counted next to `cuda_gym.native.CALL_COUNTS`.
 - `TamperCheck` arms the `Tripwire` (an audit hook that denies candidate code the introspection
   that reaches the evaluator's own objects: gc, frames, tracers, CPython symbols, code swapping,
-  TorchDynamo under the strict policy) and snapshots what the evaluation relies on: the dicts of
+  TorchDynamo and the mode stacks that hold the recorder under the strict policy) and snapshots
+  what the evaluation relies on: the dicts of
   the modules and classes it calls (torch, time, builtins, numpy, the evaluator's own modules ...),
   ATen dispatch tables, torch mode stacks, precision and threading flags, signal handlers. Its
   `changes()` lists every difference and every denied attempt.
@@ -240,8 +241,11 @@ class OpRecorder(TorchDispatchMode):
       as everything native code does is); once the call has returned to Python, no constant can be
       made any more (native code may have left task data in host memory as Python numbers);
     - likewise once task data has been read to the host (`item`, `tolist`, `numpy`, printing,
-      `data_ptr` ...), once one of the candidate's own ops ran, and once torch-function handling
-      was seen off (the watch that sees host reads is then blind);
+      `data_ptr` ...), once one of the candidate's own ops ran, once torch-function handling
+      was seen off (the watch that sees host reads is then blind), and once an op came from C++
+      outside an extension call (TorchScript: the watch does not see that code either). Ops an
+      extension's C++ dispatches during the call arrive without a torch function; with the watch
+      still live they are judged by their tensors like any other;
     - `torch.tensor(...)` makes a constant only from Python numbers (not from arrays or buffers).
 
     `ops` counts, by key: creation, view and metadata ops and ops of other namespaces by name
