@@ -18,6 +18,10 @@ candidate, feedback keeps its verdict line and the reward), then dropped (one no
 while the system prompt, the turn holding the best candidate so far (the environment's
 `info["best"]`) and the latest feedback always stay whole. If it still does not fit, the episode
 ends with `end_reason="context_budget"`.
+
+`ToolReactPolicy` is the same loop through function calling, on `WorkspaceEnv` (CUDA Agent's
+workspace, docs/workspace.md): the environment's tool schemas are offered on every call and each
+reply's first tool call is the action.
 """
 from __future__ import annotations
 
