@@ -634,6 +634,48 @@ _MODE_STACK_ACCESS = (
     ("torch.overrides", ("_get_current_function_mode", "_get_current_function_mode_stack", "_pop_mode",
                          "_pop_mode_temporarily")),
 )
+def _mode_stack_gate(function: Callable[..., Any], label: str, known: set, events: list, local: Any,
+                     getframe: Callable[..., Any]) -> Any:
+    """A generator that alone holds `function` (a mode-stack accessor): its frame cannot be reached
+    from candidate code (`gi_frame` and gc are denied by the tripwire), and the caller check runs in
+    it, so neither `_gated`'s closure nor a direct `send` leads past the check. Each `send((args,
+    kwargs))` answers (True, result) or (False, exception)."""
+    outcome: Any = None
+    while True:
+        args, kwargs = yield outcome
+        outcome = None
+        was_busy = getattr(local, "busy", False)
+        local.busy = True  # these frame requests are the tripwire's own
+        try:
+            caller = getframe(1)
+            if caller.f_code is _GATED_CODE:  # called through the replacement, not by a direct send
+                caller = getframe(2)
+            code, line = caller.f_code, caller.f_lineno
+            del caller
+        finally:
+            local.busy = was_busy
+        if code not in known:
+            events.append(f"{label} in {code.co_filename.rsplit('/', 1)[-1]}:{line} {code.co_name}")
+            outcome = (False, PermissionError(f"cuda_gym: candidate code may not use {label} (the mode stacks "
+                                              "hold the evaluator's op recorder)"))
+            continue
+        try:
+            outcome = (True, function(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is
+            outcome = (False, exc)
+
+
+def _gated(gate: Any) -> Callable[..., Any]:
+    """The replacement of one mode-stack accessor: it calls through `gate`."""
+    def gated(*args: Any, **kwargs: Any) -> Any:
+        ok, value = gate.send((args, kwargs))
+        if ok:
+            return value
+        raise value
+    return gated
+
+
+_GATED_CODE = _gated(None).__code__
 _DENIED_EVENTS = frozenset({
     "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames", "sys.settrace",
     "sys.setprofile", "sys.addaudithook",
@@ -771,31 +813,22 @@ class Tripwire:
                 raise ValueError("call stack is not deep enough")
             raise PermissionError(f"cuda_gym: candidate code may not use {event} here")
 
-        def denied_to_candidates(function: Callable[..., Any], label: str) -> Callable[..., Any]:
-            """`function`, except that a call from candidate code (its immediate Python caller is
-            code newer than the arming) is recorded and raises PermissionError."""
-            def guarded(*args: Any, **kwargs: Any) -> Any:
-                was_busy = getattr(local, "busy", False)
-                local.busy = True  # this frame request is the tripwire's own
-                try:
-                    caller = getframe(1)
-                finally:
-                    local.busy = was_busy
-                code = caller.f_code
-                if code not in known:
-                    events.append(f"{label} in {code.co_filename.rsplit('/', 1)[-1]}:{caller.f_lineno} "
-                                  f"{code.co_name}")
-                    raise PermissionError(f"cuda_gym: candidate code may not use {label} (the mode stacks hold "
-                                          "the evaluator's op recorder)")
-                return function(*args, **kwargs)
-
-            guarded._cuda_gym_denied_to_candidates = True  # type: ignore[attr-defined]
-            return guarded
+        # The mode-stack accessors' replacements, built now (installed by deny_mode_access): each
+        # original is held only by a gate generator's frame, with the caller check inside it.
+        gated_accessors: dict[int, Callable[..., Any]] = {}
+        for module_name, names in _MODE_STACK_ACCESS:
+            module = sys.modules.get(module_name)
+            for name in names:
+                original = getattr(module, name, None)
+                if original is not None and id(original) not in gated_accessors:
+                    gate = _mode_stack_gate(original, f"{module_name}.{name}", known, events, local, getframe)
+                    next(gate)
+                    gated_accessors[id(original)] = _gated(gate)
 
         sys.addaudithook(hook)
         self.events: Callable[[], list[str]] = lambda: list(events)
         self.record: Callable[[str], None] = events.append
-        self._denied_to_candidates = denied_to_candidates
+        self._gated_accessors = gated_accessors
         self._mode_access_denied = False
 
     def deny_mode_access(self) -> None:
@@ -803,28 +836,26 @@ class Tripwire:
         torch-function-mode stacks (`torch._C._get_dispatch_stack_at`,
         `torch.utils._python_dispatch._get_current_dispatch_mode_stack`, `_disable_current_modes`,
         `torch.overrides._get_current_function_mode_stack`, ...), which hold the op recorder and its
-        watch: with them it could rewrite or switch off what the recorder saw. The functions are
-        replaced in every torch module that holds them; torch's own code (known at arming) still
-        calls them, a call from candidate code is recorded and raises PermissionError."""
+        watch: with them it could rewrite or switch off what the recorder saw. Every reference in
+        torch's and the evaluator's modules is replaced by a gate: torch's own code (known at arming)
+        still gets through, a call from candidate code is recorded and raises PermissionError."""
         if self._mode_access_denied:
             return
         self._mode_access_denied = True
-        replacements: dict[int, Any] = {}
-        originals: dict[int, Any] = {}
-        for module_name, names in _MODE_STACK_ACCESS:
-            module = sys.modules.get(module_name)
-            for name in names:
-                original = getattr(module, name, None)
-                if original is None or getattr(original, "_cuda_gym_denied_to_candidates", False):
-                    continue
-                originals[id(original)] = original
-                replacements[id(original)] = self._denied_to_candidates(original, f"{module_name}.{name}")
+        gated = self._gated_accessors
+        wanted = set(gated)
         for module_name, module in list(sys.modules.items()):
-            if not (module_name == "torch" or module_name.startswith("torch.")) or not isinstance(module, types.ModuleType):
+            if not (module_name == "torch" or module_name.startswith(("torch.", "cuda_gym."))):
                 continue
-            for name, value in list(vars(module).items()):
-                if id(value) in replacements and originals[id(value)] is value:
-                    setattr(module, name, replacements[id(value)])
+            try:
+                namespace = vars(module)
+            except TypeError:
+                continue
+            if wanted.isdisjoint(map(id, namespace.values())):
+                continue
+            for name, value in list(namespace.items()):
+                if id(value) in gated and getattr(value, "__code__", None) is not _GATED_CODE:
+                    setattr(module, name, gated[id(value)])
 
     def deny_dynamo(self) -> None:
         """Strict policy: TorchDynamo (torch.compile) is not the candidate's kernel. Its C entry
