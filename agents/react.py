@@ -413,7 +413,8 @@ class ToolReactPolicy(ReactPolicy):
             eval_seconds = time.monotonic() - step_started
             result = step_info.get("result")
             turn = Turn(
-                index=int(step_info["turn"]), messages=messages, reply=text, command=step_info.get("command"),
+                index=int(step_info["turn"]), messages=messages, reply=text,
+                command=None if step_info["verdict"] == "INVALID_ACTION" else step_info.get("command"),
                 candidate=step_info.get("candidate"), observation=observation, reward=float(reward),
                 error_code=step_info["verdict"], speedup_vs_eager=(result or {}).get("speedup_vs_eager"),
                 speedup_vs_compile=(result or {}).get("speedup_vs_compile"), result=result,

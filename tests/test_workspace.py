@@ -326,3 +326,20 @@ def test_cuda_gym_agent_drives_the_workspace_through_openai_tool_calls(tmp_path,
     assert any(m["role"] == "user" and "not valid JSON" in m["content"] for m in last)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["pass_rate"] == 1.0 and summary["config"]["env"] == "workspace"
+
+
+@pytest.mark.gpu
+def test_cuda_agent_layout_is_judged_and_profiled_on_cuda(cuda_evaluator, tmp_path):
+    env = WorkspaceEnv(backend="cuda", evaluator=cuda_evaluator, reward_mode="per_step", workdir_root=tmp_path)
+    env.reset(options={"task_id": SOFTMAX_TASK})
+    for path, text in softmax_files().items():
+        assert env.step(call("write_file", path=path, content=text))[4]["verdict"] == "TOOL_OK"
+    observation, reward, _, _, info = env.step(call("verify"))
+    assert info["verdict"] == "OK" and reward == 1, observation
+    assert "note: kernels/softmax.cpp is left out: it is the cpu twin of kernels/softmax.cu" in observation
+    observation, reward, _, _, info = env.step(call("profile"))
+    assert info["verdict"] == "OK", observation
+    assert any("softmax_rows" in k["name"] for k in info["result"]["kernel_profile"])
+    assert "reference (PyTorch eager):" in observation and "your candidate:" in observation
+    assert "% of the timed median" in observation
+    env.close()

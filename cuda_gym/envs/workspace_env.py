@@ -305,6 +305,8 @@ class WorkspaceEnv(KernelEnv):
             verdict, text = ErrorCode.INVALID_ACTION.value, f"error: {exc}"
         except _ToolError as exc:
             verdict, text = TOOL_ERROR, f"error: {exc}"
+        except OSError as exc:  # the workdir's disk: still a result, never an exception
+            verdict, text = TOOL_ERROR, f"error: {type(exc).__name__}: {exc}"
         command = JUDGING_TOOLS.get(name) if result is not None else None
         terminated = command == "submit" and result.error_code is not ErrorCode.INVALID_ACTION
         truncated = not terminated and self._turn >= self.max_turns
