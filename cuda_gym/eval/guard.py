@@ -634,6 +634,8 @@ _MODE_STACK_ACCESS = (
     ("torch.overrides", ("_get_current_function_mode", "_get_current_function_mode_stack", "_pop_mode",
                          "_pop_mode_temporarily")),
 )
+
+
 def _mode_stack_gate(function: Callable[..., Any], label: str, known: set, events: list, local: Any,
                      getframe: Callable[..., Any]) -> Any:
     """A generator that alone holds `function` (a mode-stack accessor): its frame cannot be reached
@@ -666,9 +668,13 @@ def _mode_stack_gate(function: Callable[..., Any], label: str, known: set, event
 
 
 def _gated(gate: Any) -> Callable[..., Any]:
-    """The replacement of one mode-stack accessor: it calls through `gate`."""
+    """The replacement of one mode-stack accessor: it calls through `gate`, one thread at a time (a
+    generator cannot run in two threads at once)."""
+    lock = threading.RLock()
+
     def gated(*args: Any, **kwargs: Any) -> Any:
-        ok, value = gate.send((args, kwargs))
+        with lock:
+            ok, value = gate.send((args, kwargs))
         if ok:
             return value
         raise value
