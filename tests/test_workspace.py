@@ -149,6 +149,8 @@ def test_pack_workdir_round_trip_and_hash_covers_every_file():
     packed = pack_workdir(dict(files, **{"model_new.py": future}))
     assert packed.source.startswith("from __future__ import annotations; from cuda_gym.extension")
     compile(packed.source, "candidate.py", "exec")
+    with pytest.raises(InvalidCandidate, match="imports cuda_extension, but kernels/ has no sources"):
+        pack_workdir({"model_new.py": files["model_new.py"]})
     with pytest.raises(InvalidCandidate, match="no model_new.py"):
         pack_workdir({"kernels/a.cpp": ""})
     with pytest.raises(InvalidCandidate, match="ModelNew"):

@@ -99,6 +99,9 @@ def pack_workdir(files: dict[str, str]) -> Candidate:
     if check.source != model:
         raise InvalidCandidate(f"{MODEL_FILE} must be plain Python (no ``` fences)")
     if not kernels or set(kernels) == {"kernels/binding_registry.h"}:
+        if re.search(r"^\s*(import|from)\s+cuda_extension\b", model, re.M):
+            raise InvalidCandidate(f"{MODEL_FILE} imports cuda_extension, but kernels/ has no sources: write "
+                                   "kernels/<name>.cu (cpu backend: .cpp) and kernels/<name>_binding.cpp")
         return check
     check_files(kernels)
     lines = model.splitlines(keepends=True)
