@@ -386,12 +386,18 @@ def test_menu_candidates_and_replies():
 
     for name in menu.MENU_TASKS:
         kinds = menu.label_kinds(name)
-        assert sorted(kinds.values()) == sorted(menu.KINDS)
+        assert set(kinds.values()) == set(menu.KINDS) and list(kinds.values()).count("fast") == 1
         sources = {kind: menu.candidate_source(name, kind) for kind in menu.KINDS}
         assert len(set(sources.values())) == 4
         assert "omp simd" in sources["fast"] and "-ffast-math" in sources["fast"]
         assert "omp simd" not in sources["slow"] and "-ffast-math" not in sources["slow"]
         assert sources["wrong"].replace(menu.MENU_TASKS[name][1], menu.MENU_TASKS[name][0]) == sources["fast"]
+    # Each label is correct (fast or slow) for at most one task, whatever the seed.
+    for seed in range(len(menu.LABELS)):
+        for label in menu.LABELS:
+            kinds = [menu.label_kinds(name, seed)[label] for name in menu.MENU_TASKS]
+            assert sum(kind in ("fast", "slow") for kind in kinds) <= 1, (seed, label, kinds)
+    assert menu.label_kinds("elu", seed=1) != menu.label_kinds("elu")
     assert menu.parse_reply([menu.LABEL_TOKENS["C"]]) == "C"
     assert menu.parse_reply([menu.EOS]) is None and menu.parse_reply([menu.LABEL_TOKENS["A"]] * 2) is None
     assert [t.id for t in menu.load_menu()] == [f"menu/L1/{n}" for n in menu.MENU_TASKS]

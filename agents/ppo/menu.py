@@ -2,7 +2,7 @@
 
 Each episode is one task of the `menu` suite (`menu/L1/elu`, `softplus`, `tanh`: elementwise
 level-1 tasks at small sizes) and one turn. The policy reads a short token prompt
-`[BOS, <task>, SEP, A, B, C, D, ASK]` and answers with one token, which should be a label.
+`[BOS, <task>, SEP, A, B, C, D, E, F, ASK]` and answers with one token, which should be a label.
 `MenuEnv` expands the label into one of four fixed candidate sources written here for that task and
 submits it to the real `KernelEnv` (real build, real correctness trials, real timing against eager
 and torch.compile, milestone reward):
@@ -18,9 +18,11 @@ The menu is judged with one CPU thread (`menu_eval_config`): on a shared 2-core 
 multi-threaded timings (torch's OpenMP pool, and a candidate's own) swing by milliseconds with the
 other jobs' load, one-thread timings do not.
 
-Which label means which candidate differs per task (a fixed permutation), so the policy has to
-read the task token. Any other token goes to the environment as the raw reply, which judges it
-`INVALID_ACTION` (a format error, reward -1). A random policy picks a label a quarter of the time.
+Which label means which candidate differs per task (`label_kinds`): each task owns two labels, its
+fast and its slow one, and every other label names its wrong or broken candidate, so the policy has
+to read the task token. Any other token goes to the environment as the raw reply, which judges it
+`INVALID_ACTION` (a format error, reward -1). A random policy picks a label 6 times in 16 and then
+the task's fast candidate once in 6.
 
 Each (task, candidate) pair is judged once per `MenuEnv` and its verdict and reward reused: the
 candidates are fixed, so this only saves time and keeps a choice's reward from moving with timing
@@ -28,7 +30,6 @@ noise between episodes. What each candidate earned is in `MenuEnv.judged` (and t
 """
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
@@ -51,7 +52,7 @@ MENU_TASKS: dict[str, tuple[str, str]] = {
 # Smaller inputs than the built-in tasks' (a judgement then takes a few seconds on a CPU).
 MENU_SIZES = {"cpu": {"batch_size": 256, "dim": 1024}, "cuda": {"batch_size": 4096, "dim": 4096}}
 KINDS = ("fast", "slow", "wrong", "broken")
-LABELS = ("A", "B", "C", "D")
+LABELS = ("A", "B", "C", "D", "E", "F")  # two per task: its "fast" and its "slow" label
 
 # The references: built-in tasks where one exists, else written here in KernelBench format.
 _TANH_REFERENCE = '''"""Hyperbolic tangent applied elementwise."""
@@ -148,10 +149,15 @@ register_suite("menu", load_menu)
 
 
 def label_kinds(name: str, seed: int = 0) -> dict[str, str]:
-    """Which candidate each label names for task `name` (a fixed permutation per task and seed)."""
-    kinds = list(KINDS)
-    random.Random(f"{seed}/{name}").shuffle(kinds)
-    return dict(zip(LABELS, kinds))
+    """Which candidate each label names for task `name`. Task i (in `MENU_TASKS` order) owns two
+    labels, its "fast" and its "slow" one (`LABELS[2i]`, `LABELS[2i + 1]`, rotated by `seed`); every
+    other label names its "wrong" or "broken" candidate. So each label is correct for exactly one
+    task: no answer is right everywhere (a policy must read the task token to earn more than -1 on
+    average), and learning one task's right label never makes another task's slow choice likelier."""
+    index = list(MENU_TASKS).index(name)
+    owned = {LABELS[(2 * index + seed) % len(LABELS)]: "fast", LABELS[(2 * index + 1 + seed) % len(LABELS)]: "slow"}
+    others = [label for label in LABELS if label not in owned]
+    return {label: owned.get(label) or ("wrong", "broken")[others.index(label) % 2] for label in LABELS}
 
 
 def prompt_ids(task_index: int) -> list[int]:
@@ -190,9 +196,12 @@ MENU_VALUE_CONFIG = FinetuneConfig(epochs=4, lr=1e-3, minibatch_size=16, micro_b
 
 def menu_ppo_config(**overrides: Any) -> PPOConfig:
     """The PPO settings that train `tiny_policy` on the menu in minutes: the paper's GAE, clip and
-    critic; learning rates and batch sized for a 0.1M-parameter model and 48-episode batches."""
+    critic; learning rates and batch sized for a 0.1M-parameter model and 48-episode batches; raw
+    advantages (no whitening): once the policy is solved every episode earns 3, and whitening would
+    blow the critic's small errors up to unit-size advantages (measured: all three seeds of RFT +
+    value + PPO fell from 3.0 to about 1.6 within a few updates of reaching it, and stayed there)."""
     settings = dict(actor_lr=1e-3, critic_lr=1e-3, batch_size=48, minibatch_size=16, micro_batch_size=16,
-                    update_epochs=2, checkpoint_every=0)
+                    update_epochs=2, normalize_advantages=False, checkpoint_every=0)
     settings.update(overrides)
     return PPOConfig(**settings)
 
