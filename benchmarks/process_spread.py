@@ -9,7 +9,8 @@ baseline timed in another can be compared; the two timings inside a process show
 
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/process_spread.py --tasks kernelbench/L3/19_MobileNetV1 --out $OUT
 
-Writes process_spread_<backend>_<date>.json into --out.
+Writes process_spread_<backend>_<date>.json into --out. (The first H200 run, call1, also tried the
+timing thread pinned to one core after set-up; it did not help and the option was removed.)
 """
 from __future__ import annotations
 
@@ -26,13 +27,53 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 SETTINGS = {
-    "3 warm-up reps (timer revision 3)": {"timing_warmup_s": 0.0, "timing_pin_cpu": False},
-    "+ warm-up until 0.3 s": {"timing_warmup_s": 0.3, "timing_pin_cpu": False},
-    "+ warm-up until 0.3 s, pinned to one core": {"timing_warmup_s": 0.3, "timing_pin_cpu": True},
+    "3 warm-up reps (timer revision 3)": {"timing_warmup_s": 0.0},
+    "+ warm-up until 0.3 s": {"timing_warmup_s": 0.3},
+    # The whole process on the GPU's NUMA-local cores from its first instruction (memory first-touched there).
+    "+ warm-up until 0.3 s, process on the GPU-local cores": {"timing_warmup_s": 0.3,
+                                                              "affinity": "gpu_local"},
+    "+ warm-up until 0.3 s, process on one GPU-local core": {"timing_warmup_s": 0.3,
+                                                             "affinity": "gpu_local_one"},
 }
+
+
+def topology() -> dict:
+    """CPU, NUMA and GPU placement facts of this host (Linux sysfs; nothing needs CUDA)."""
+    facts: dict = {"cpus_allowed": sorted(os.sched_getaffinity(0))}
+    nodes = sorted(Path("/sys/devices/system/node").glob("node[0-9]*"))
+    facts["numa_nodes"] = {n.name: (n / "cpulist").read_text().strip() for n in nodes}
+    gpus = []
+    for device in sorted(Path("/sys/bus/pci/devices").glob("*")):
+        try:
+            if (device / "vendor").read_text().strip() != "0x10de" or not (device / "class").read_text().startswith("0x03"):
+                continue
+            gpus.append({"pci": device.name, "numa_node": (device / "numa_node").read_text().strip(),
+                         "local_cpulist": (device / "local_cpulist").read_text().strip()})
+        except OSError:
+            continue
+    facts["gpus"] = gpus
+    try:
+        facts["lscpu"] = subprocess.run(["lscpu"], capture_output=True, text=True).stdout[:1400]
+    except OSError:
+        pass
+    return facts
+
+
+def _cpulist(text: str) -> list[int]:
+    cpus: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            cpus.extend(range(int(low), int(high) + 1))
+        elif part.strip():
+            cpus.append(int(part))
+    return cpus
 
 CHILD = r'''
 import json, os, sys
+cpus = json.loads(sys.argv[4])
+if cpus:
+    os.sched_setaffinity(0, cpus)
 from pathlib import Path
 import torch
 from cuda_gym.eval import timing, worker
@@ -67,9 +108,14 @@ for task_id in task_ids:
 '''
 
 
-def run_child(backend: str, setting: dict, task_ids: list[str]) -> list[dict]:
+def run_child(backend: str, setting: dict, task_ids: list[str], facts: dict) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, "-c", CHILD, backend, json.dumps(setting), ",".join(task_ids)],
+    setting = dict(setting)
+    affinity = setting.pop("affinity", None)
+    local = _cpulist(facts["gpus"][0]["local_cpulist"]) if affinity and facts.get("gpus") else []
+    cpus = local if affinity == "gpu_local" else local[-1:] if affinity == "gpu_local_one" else []
+    done = subprocess.run([sys.executable, "-c", CHILD, backend, json.dumps(setting), ",".join(task_ids),
+                           json.dumps(cpus)],
                           capture_output=True, text=True, env=env, timeout=900)
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0:
@@ -102,22 +148,26 @@ def main() -> None:
     parser.add_argument("--tasks", required=True, help="comma-separated task ids")
     parser.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per setting")
+    parser.add_argument("--settings", help="'|'-separated names of SETTINGS to run (default: all)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
     task_ids = [t for t in args.tasks.split(",") if t]
     date = dt.date.today().isoformat()
     out = Path(args.out) / f"process_spread_{args.backend}_{date}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    runs: dict[str, list[list[dict]]] = {name: [] for name in SETTINGS}
+    chosen = {name: SETTINGS[name] for name in (args.settings.split("|") if args.settings else SETTINGS)}
+    facts = topology()
+    print(json.dumps(facts, indent=1), flush=True)
+    runs: dict[str, list[list[dict]]] = {name: [] for name in chosen}
     started = time.time()
     for round_index in range(args.processes):
-        for name, setting in SETTINGS.items():
-            rows = run_child(args.backend, setting, task_ids)
+        for name, setting in chosen.items():
+            rows = run_child(args.backend, setting, task_ids, facts)
             runs[name].append(rows)
             print(f"round {round_index} {name}: {len(rows)} rows ({time.time() - started:.0f} s)", flush=True)
             for row in rows:
                 print("   ", row if "error" in row else f"{row['task_id']}: {row['medians_ms']}", flush=True)
-            payload = {"date": date, "backend": args.backend, "settings": SETTINGS, "runs": runs,
+            payload = {"date": date, "backend": args.backend, "topology": facts, "settings": chosen, "runs": runs,
                        "summary": summarise(runs, task_ids), "seconds": round(time.time() - started, 1)}
             out.write_text(json.dumps(payload, indent=1))
     for name, block in payload["summary"].items():

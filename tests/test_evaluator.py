@@ -197,3 +197,20 @@ def test_both_baselines_are_measured_with_the_default_config(cpu_evaluator):
     assert result.ok, result.message
     assert result.eager_time is not None and result.compile_time is not None, result.runtime_log[-500:]
     assert result.speedup_vs_compile is not None
+
+
+def test_a_permissive_candidate_may_use_torch_compile(cpu_evaluator):
+    """KernelBench allows torch.compile under its (our permissive) rules: the candidate's first
+    compile imports inductor, whose frame lookups the tripwire would deny in code it did not know
+    when armed, so the worker loads inductor first when the source mentions it (else FORBIDDEN)."""
+    task = get_task("builtin/L1/gelu")
+    source = task.source + (
+        "\n\nclass ModelNew(Model):\n"
+        "    def __init__(self, *args):\n"
+        "        super().__init__(*args)\n"
+        "        self.compiled = torch.compile(super().forward)\n\n"
+        "    def forward(self, *inputs):\n"
+        "        return self.compiled(*inputs)\n")
+    config = EvalConfig(policy="permissive", baselines=(), eval_timeout_s=300.0, seed=13)
+    result = cpu_evaluator.evaluate(task, source, config=config)
+    assert result.ok, (result.error_code, result.message)

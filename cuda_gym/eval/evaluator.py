@@ -327,7 +327,7 @@ class Evaluator:
                     "correctness_trials": config.correctness_trials, "timing_input_sets": config.timing_input_sets,
                     "warmup_reps": config.warmup_reps, "timing_reps": config.timing_reps,
                     "timing_min_reps": config.timing_min_reps, "timing_budget_s": config.timing_budget_s,
-                    "timing_warmup_s": config.timing_warmup_s, "timing_pin_cpu": config.timing_pin_cpu,
+                    "timing_warmup_s": config.timing_warmup_s,
                     "l2_flush": config.l2_flush, "precision": config.precision, "policy": config.policy,
                     "baselines": list(config.baselines), "device_memory_gb": config.device_memory_gb}, **extra}
 

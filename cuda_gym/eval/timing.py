@@ -174,26 +174,14 @@ def _stats(samples_ms: Sequence[float], method: str, detail: dict[str, float] | 
 MAX_EXTRA_WARMUPS = 200
 
 
-def _pin_to_one_cpu() -> set[int] | None:
-    """Pin the calling thread to the last CPU it may use, the same one in every worker, so that
-    every process's host work is timed on one core; returns the previous set to restore."""
-    try:
-        allowed = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {max(allowed)})
-        return allowed
-    except (AttributeError, OSError):
-        return None
-
-
 class Timer:
     """Times `fn(*inputs)` over rotating input sets; returns stats, flags and output snapshots."""
 
     def __init__(self, device: str, *, warmup_reps: int, reps: int, min_reps: int, budget_s: float,
-                 l2_flush: bool, warmup_s: float = 0.0, pin_cpu: bool = False):
+                 l2_flush: bool, warmup_s: float = 0.0):
         self.device = device
         self.warmup_reps = warmup_reps
         self.warmup_ns = int(warmup_s * 1e9)
-        self.pin_cpu = pin_cpu and device == "cuda"
         self.reps = reps
         self.min_reps = min_reps
         self.budget_ns = int(budget_s * 1e9)
@@ -227,14 +215,11 @@ class Timer:
         # crashed (SIGSEGV on the CPU backend).
         collecting = gc.isenabled()
         gc.collect()
-        allowed = _pin_to_one_cpu() if self.pin_cpu else None
         try:
             return self._run(fn, live_inputs, load_set, sets, checksum, audit, cover_sets, chooser, hold, collecting)
         finally:
             if collecting:
                 gc.enable()
-            if allowed:
-                os.sched_setaffinity(0, allowed)
 
     def _run(self, fn: Callable[..., Any], live_inputs: Sequence[Any], load_set: Callable[[int], None], sets: int,
              checksum: Callable[[Any], list[float]], audit: Callable[[], Any] | None, cover_sets: bool,

@@ -16,10 +16,12 @@ Every message leaves through `protocol.encode`; the evaluator judges; this proce
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import math
 import os
 import random
+import re
 import secrets
 import sys
 import time
@@ -405,8 +407,7 @@ def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, varian
     reps = config["timing_reps"] if variants is None else len(variants) - config["warmup_reps"]
     timer = Timer(device, warmup_reps=config["warmup_reps"], reps=reps,
                   min_reps=config["timing_min_reps"], budget_s=config["timing_budget_s"],
-                  l2_flush=config["l2_flush"], warmup_s=config.get("timing_warmup_s", 0.0),
-                  pin_cpu=config.get("timing_pin_cpu", False))
+                  l2_flush=config["l2_flush"], warmup_s=config.get("timing_warmup_s", 0.0))
     live = [_clone(v) for v in setup.timing_sets[0]]
     if variants is not None:  # a fresh variant per call; the candidate's calls partly audited
         def load_variant(which: int) -> None:
@@ -436,6 +437,9 @@ def _config_for_stats(config: dict) -> EvalConfig:
 
 def _stats_meta(stats: Any) -> dict:
     return dict(stats.__dict__)
+
+
+_COMPILE_WORDS = re.compile(r"torch\.compile|_dynamo|_inductor")
 
 
 def _load_candidate(source: str) -> types.ModuleType:
@@ -609,6 +613,12 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
     del arrays, specs, timing_checksums
 
     fastbuild.install()
+    if policy == "permissive" and _COMPILE_WORDS.search(job["candidate_source"]):
+        # Done before the tamper check is armed, as the compile baseline does: inductor's first import
+        # makes frame lookups the tripwire denies in code it did not know when armed, and dynamo's
+        # first compile patches nn.Module.__init__/__setstate__, which the check would report.
+        importlib.import_module("torch._inductor.compile_fx")
+        torch._dynamo.mutation_guard.install_generation_tagging_init()
     guard.count_native_calls()
     tamper = guard.TamperCheck(device, policy)  # last thing before candidate code: arms the tripwire
     started = _perf_counter()
