@@ -3,11 +3,11 @@ Evaluator (reference solutions, hostile candidates, a wrong one), backpressure, 
 baseline measurement per key for the cluster, and no verdict lost when actors are killed mid-job."""
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import pytest
 import ray
+from gymnasium.vector import SyncVectorEnv
 
 from cuda_gym.envs import KernelEnv
 from cuda_gym.eval import ErrorCode
@@ -18,10 +18,9 @@ from .conftest import TEST_CONFIG
 from .helpers import CORRECT_BODY, GELU_TASK, native_candidate
 from .test_hostile import HOSTILE_DIR, header
 
-MAX_PENDING = 4
+MAX_PENDING = 2
 SOLUTIONS = ["builtin/L1/gelu", "builtin/L1/softmax", "builtin/L2/linear_gelu", "builtin/L3/mlp"]
-HOSTILE = ["cpu_forge_worker_message", "cpu_os_exit_fake_stdout", "cpu_huge_alloc_torch", "cpu_cache_by_address",
-           "cpu_patch_timer", "cpu_torch_fallback_decoy"]
+HOSTILE = ["cpu_forge_worker_message", "cpu_os_exit_fake_stdout", "cpu_huge_alloc_torch", "cpu_torch_fallback_decoy"]
 WRONG = native_candidate("for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i];")
 # Slow enough (a sleep in every forward call) to be caught in flight by a poll of stats().
 SLOW_SUFFIX = '''
@@ -52,15 +51,14 @@ def ray_evaluator(tmp_path_factory):
             ray.shutdown()
 
 
-def _jobs() -> list[tuple[str, object, str, object]]:
-    """(name, task, candidate, config) for the comparison; configs as tests/test_hostile.py uses."""
-    jobs = [(task_id, get_task(task_id), solution_path(get_task(task_id), "cpu").read_text(), None)
-            for task_id in SOLUTIONS]
-    hostile_config = dataclasses.replace(TEST_CONFIG, eval_timeout_s=20.0, compile_timeout_s=30.0)
+def _jobs() -> list[tuple[str, object, str]]:
+    """(name, task, candidate) for the comparison, judged with the test config (its timeouts: none of
+    these candidates hangs, and test_hostile.py's shorter ones would make verdicts depend on load)."""
+    jobs = [(task_id, get_task(task_id), solution_path(get_task(task_id), "cpu").read_text()) for task_id in SOLUTIONS]
     for name in HOSTILE:
         path = HOSTILE_DIR / f"{name}.py"
-        jobs.append((name, get_task(header(path)["task"]), path.read_text(), hostile_config))
-    jobs.append(("wrong", get_task(GELU_TASK), WRONG, None))
+        jobs.append((name, get_task(header(path)["task"]), path.read_text()))
+    jobs.append(("wrong", get_task(GELU_TASK), WRONG))
     return jobs
 
 
@@ -74,11 +72,11 @@ def test_verdicts_equal_the_local_evaluator_and_submit_blocks_when_the_queue_is_
     jobs = _jobs()
     assert len(jobs) > 2 * ray_evaluator.jobs_per_actor + MAX_PENDING, "the stream must overfill the queue"
     submit_seconds, futures = [], []
-    for name, task, source, config in jobs:
+    for name, task, source in jobs:
         started = time.monotonic()
-        futures.append(ray_evaluator.submit(task, source, config=config))
+        futures.append(ray_evaluator.submit(task, source))
         submit_seconds.append(time.monotonic() - started)
-    local = {name: cpu_evaluator.evaluate(task, source, config=config) for name, task, source, config in jobs}
+    local = {name: cpu_evaluator.evaluate(task, source) for name, task, source in jobs}
     remote = {name: future.result(timeout=600) for (name, *_), future in zip(jobs, futures)}
 
     mismatches = {name: (_verdict(local[name])[:5], _verdict(remote[name])[:5], remote[name].message[:300])
@@ -100,7 +98,7 @@ def test_verdicts_equal_the_local_evaluator_and_submit_blocks_when_the_queue_is_
 def test_a_task_returns_to_its_actor_and_baselines_are_measured_once(ray_evaluator):
     sequential = get_task("builtin/L1/cumsum")
     source = solution_path(sequential, "cpu").read_text()
-    for index in range(3):
+    for index in range(2):
         result = ray_evaluator.evaluate(sequential, source.replace("r'''", f"r'''\n// variant {index}\n", 1)
                                         if "r'''" in source else source + f"\n# variant {index}\n")
         assert result.ok, result.message
@@ -109,21 +107,22 @@ def test_a_task_returns_to_its_actor_and_baselines_are_measured_once(ray_evaluat
     # Enough at once that the home actor is busy: both actors judge the task, one measures its baseline.
     shared = get_task("builtin/L1/sum_dim")
     source = solution_path(shared, "cpu").read_text()
-    futures = [ray_evaluator.submit(shared, source + f"\n# variant {index}\n") for index in range(4)]
+    futures = [ray_evaluator.submit(shared, source + f"\n# variant {index}\n") for index in range(3)]
     assert all(future.result(timeout=300).ok for future in futures)
     stats = ray_evaluator.stats()
     assert len(stats["dispatches"][shared.id]) == 2, stats["dispatches"]
     measured = {key: n for key, n in stats["baselines"]["measured_by_key"].items() if key.startswith(shared.id + "|")}
     assert list(measured.values()) == [1], measured
     assert stats["baselines"]["served"] >= 1
+    assert ray_evaluator.baselines(shared)["eager"].median_ms > 0
 
-    # The environment takes a RayEvaluator as it takes an Evaluator.
-    env = KernelEnv(backend="cpu", evaluator=ray_evaluator, max_turns=2)
-    env.reset(options={"task_id": shared.id})
-    _, reward, _, _, info = env.step("#! check\n" + source)
-    assert info["verdict"] == "OK" and reward == 1
-    env.close()
-    assert ray_evaluator.evaluate(shared, source).ok, "the env did not close the shared evaluator"
+    # The environments take a RayEvaluator as they take an Evaluator (the vector recipe: one shared evaluator).
+    envs = SyncVectorEnv([lambda: KernelEnv(backend="cpu", evaluator=ray_evaluator, max_turns=2) for _ in range(2)])
+    envs.reset(options={"task_id": shared.id})
+    _, rewards, _, _, infos = envs.step(("#! check\n" + source, "not a candidate"))
+    assert list(infos["verdict"]) == ["OK", "INVALID_ACTION"] and list(rewards) == [1.0, -1.0]
+    envs.close()
+    assert ray_evaluator.evaluate(shared, "").error_code is ErrorCode.INVALID_ACTION, "closing the envs left it open"
 
 
 def _wait_for(evaluator, find, what: str, timeout_s: float = 120.0) -> dict:
@@ -170,5 +169,5 @@ def test_killed_actors_lose_no_verdict_and_a_candidate_that_kills_two_gets_runti
     assert after["reruns"] - before.get("reruns", 0) >= 1  # the poison's; and each innocent that was beside it
     assert after["judged"] == after["submitted"], "every submitted candidate has its verdict"
     assert [slot["generation"] for slot in after["slots"]] != [slot["generation"] for slot in before["slots"]]
-    # The replacements judge candidates.
-    assert all(ray_evaluator.evaluate(get_task(GELU_TASK), native_candidate(CORRECT_BODY)).ok for _ in range(2))
+    # The replacement judges candidates.
+    assert ray_evaluator.evaluate(get_task(GELU_TASK), native_candidate(CORRECT_BODY)).ok

@@ -490,7 +490,10 @@ class RayEvaluator:
             for slot in ready:
                 if slot.index == home:
                     return slot
-            return min(ready, key=lambda s: (len(s.in_flight), s.index))
+            homes = collections.Counter(self._home.values())
+            slot = min(ready, key=lambda s: (len(s.in_flight), homes[s.index], s.index))
+            self._home[task_id] = slot.index  # its candidates follow the baselines (spreads a suite's baselines)
+            return slot
 
     # ------------------------------------------------------------------------------ dispatcher
     def _run(self) -> None:
