@@ -171,3 +171,13 @@ def test_killed_actors_lose_no_verdict_and_a_candidate_that_kills_two_gets_runti
     assert [slot["generation"] for slot in after["slots"]] != [slot["generation"] for slot in before["slots"]]
     # The replacement judges candidates.
     assert ray_evaluator.evaluate(get_task(GELU_TASK), native_candidate(CORRECT_BODY)).ok
+
+
+def test_commands_take_ray_options_and_refuse_actors_without_ray():
+    from cuda_gym.cli import build_parser, make_evaluator
+
+    args = build_parser().parse_args(["run", "--ray", "auto", "--ray-actors", "2", "--backend", "cpu"])
+    assert (args.ray, args.ray_actors) == ("auto", 2)
+    args = build_parser().parse_args(["eval", GELU_TASK, "candidate.py", "--ray-actors", "2"])
+    with pytest.raises(SystemExit, match="--ray-actors needs --ray"):
+        make_evaluator(args)
