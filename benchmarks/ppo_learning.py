@@ -161,7 +161,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds")
     parser.add_argument("--episodes-per-task", type=int, default=16)
     parser.add_argument("--warmup-batches", type=int, default=3)
-    parser.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--backend", default="cpu", choices=["cpu"], help="the menu runs on the CPU only")
     args = parser.parse_args()
     result = run(args.out, updates=args.updates, seeds=tuple(int(s) for s in args.seeds.split(",")),
                  episodes_per_task=args.episodes_per_task, warmup_batches=args.warmup_batches, backend=args.backend,

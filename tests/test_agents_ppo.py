@@ -401,6 +401,8 @@ def test_menu_candidates_and_replies():
     assert menu.parse_reply([menu.LABEL_TOKENS["C"]]) == "C"
     assert menu.parse_reply([menu.EOS]) is None and menu.parse_reply([menu.LABEL_TOKENS["A"]] * 2) is None
     assert [t.id for t in menu.load_menu()] == [f"menu/L1/{n}" for n in menu.MENU_TASKS]
+    with pytest.raises(ValueError, match="CPU backend only"):
+        menu.MenuEnv(None, backend="cuda")
 
 
 def test_ppo_learning_benchmark_smoke(cpu_evaluator, tmp_path):
@@ -450,6 +452,8 @@ def test_train_command_on_one_menu_task(tmp_path, capsys):
     assert "unknown stages" in capsys.readouterr().err
     assert main(["train", "--suite", "builtin", "--out", str(tmp_path / "y")]) == 2
     assert "--model DIR" in capsys.readouterr().err
+    assert main(["train", "--suite", "menu", "--backend", "cuda", "--out", str(tmp_path / "z")]) == 2
+    assert "CPU backend only" in capsys.readouterr().err
 
 
 def test_lora_policy_trains_only_its_adapters_with_kl_to_its_base_weights():

@@ -121,6 +121,10 @@ def _train_menu(args, stages, out: Path) -> int:
         unknown = [n for n in names if n not in menu.MENU_TASKS]
         if unknown:
             return _error(f"unknown menu tasks {unknown}; the menu has {', '.join(f'menu/L1/{n}' for n in menu.MENU_TASKS)}")
+    if args.backend == "cuda":
+        return _error("the menu runs on the CPU backend only (its candidates are C++ loops over host memory); "
+                      "use --backend cpu")
+    args.backend = "cpu"
     with make_evaluator(args, config) as evaluator:
         board = menu.MenuEnv(evaluator, names, backend=args.backend, seed=args.seed)
         episodes = args.episodes_per_task or math.ceil(ppo_config.batch_size / len(board.names))

@@ -233,12 +233,16 @@ class Judged:
 
 
 class MenuEnv:
-    """The menu over a real `KernelEnv` (one turn, final reward, milestone). `evaluator`: a CPU or
-    CUDA `Evaluator` the caller owns; `tasks`: names from `MENU_TASKS` (default all)."""
+    """The menu over a real `KernelEnv` (one turn, final reward, milestone). `evaluator`: a CPU
+    `Evaluator` the caller owns (the candidates are C++ loops over host memory: the menu runs on the
+    CPU backend only); `tasks`: names from `MENU_TASKS` (default all)."""
 
     def __init__(self, evaluator: Any, tasks: Sequence[str] | None = None, *, backend: str = "cpu", seed: int = 0):
         from cuda_gym.envs.kernel_env import KernelEnv
 
+        if backend != "cpu":
+            raise ValueError(f"the menu runs on the CPU backend only (its candidates are C++ loops over host "
+                             f"memory), got backend={backend!r}: use --backend cpu")
         self.names = list(tasks or MENU_TASKS)
         unknown = [n for n in self.names if n not in MENU_TASKS]
         if unknown:
