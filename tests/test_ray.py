@@ -3,6 +3,8 @@ Evaluator (reference solutions, hostile candidates, a wrong one), backpressure, 
 baseline measurement per key for the cluster, and no verdict lost when actors are killed mid-job."""
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -39,6 +41,7 @@ class ModelNew(_Fast):
 @pytest.fixture(scope="module")
 def ray_evaluator(tmp_path_factory):
     started = not ray.is_initialized()
+    environ, sigterm = dict(os.environ), signal.getsignal(signal.SIGTERM)
     if started:
         ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
     try:
@@ -49,6 +52,12 @@ def ray_evaluator(tmp_path_factory):
     finally:
         if started:
             ray.shutdown()
+            # ray.init leaves PYTHONBREAKPOINT and RAY_* variables and a SIGTERM handler behind;
+            # later tests' evaluators would hand them to their workers.
+            for name in set(os.environ) - set(environ):
+                del os.environ[name]
+            os.environ.update(environ)
+            signal.signal(signal.SIGTERM, sigterm)
 
 
 def _jobs() -> list[tuple[str, object, str]]:
