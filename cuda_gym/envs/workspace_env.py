@@ -559,14 +559,21 @@ class WorkspaceEnv(KernelEnv):
     _COMPILED_REFERENCE = '''
 
 class ModelNew(Model):
-    """The reference under torch.compile (the profile tool's torch.compile reference)."""
+    """The reference under torch.compile (the profile tool's torch.compile reference). It fails when
+    TorchDynamo compiled no graph (the forward then ran eagerly), so eager times and kernels are never
+    reported as torch.compile's."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._compiled_forward = torch.compile(super().forward)
 
     def forward(self, *args):
-        return self._compiled_forward(*args)
+        from torch._dynamo.utils import counters
+
+        output = self._compiled_forward(*args)
+        if not counters["stats"]["unique_graphs"]:
+            raise RuntimeError("torch.compile compiled no graph in the eval worker: the forward ran eagerly")
+        return output
 '''
     _EAGER_REFERENCE = '''
 
