@@ -161,13 +161,12 @@ class _EvaluatorActor:
             except OSError:
                 pass  # not permitted (no CAP_SYS_NICE): info() reports the niceness the workers run at
         self.niceness = os.getpriority(os.PRIO_PROCESS, 0)
-        from .evaluator import Evaluator
+        from .evaluator import Evaluator, default_cache_dir
 
-        self.evaluator = Evaluator(backend, config, cache_dir=cache_dir, build_workers=build_workers)
-        local = self.evaluator._baselines  # the one seam used here: the evaluator's baseline cache
-        if not isinstance(local, BaselineCache):
-            raise TypeError("Evaluator._baselines is no longer a BaselineCache; update cuda_gym.eval.distributed")
-        self.evaluator._baselines = _ClusterBaselines(local, store, owner)
+        root = Path(cache_dir) if cache_dir else default_cache_dir()
+        cluster = _ClusterBaselines(BaselineCache(root / "baselines.json"), store, owner)
+        self.evaluator = Evaluator(backend, config, cache_dir=root, build_workers=build_workers,
+                                   baseline_cache=cluster)
 
     def info(self) -> dict[str, Any]:
         ray = _ray()

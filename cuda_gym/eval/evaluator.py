@@ -48,10 +48,14 @@ class Evaluator:
 
     backend: "auto" (cuda when a GPU is visible to a worker, else cpu), "cuda" or "cpu".
     build_workers: concurrent builds (default: half the CPU cores, at least 1).
+    baseline_cache: where baseline times are read and stored, an object with `BaselineCache`'s
+        `get(key, compute, needed)` (default: `BaselineCache(cache_dir / "baselines.json")`; the
+        Ray evaluator passes one that shares entries across its actors).
     """
 
     def __init__(self, backend: str = "auto", config: EvalConfig | None = None, *,
-                 cache_dir: str | Path | None = None, build_workers: int | None = None):
+                 cache_dir: str | Path | None = None, build_workers: int | None = None,
+                 baseline_cache: Any = None):
         self.config = config or EvalConfig()
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.run_dir = self.cache_dir / "run"
@@ -68,7 +72,7 @@ class Evaluator:
         self._build_slots = threading.Semaphore(self.build_workers)
         self._device_slot = threading.Semaphore(1)
         self._executor = ThreadPoolExecutor(max_workers=self.build_workers + 4, thread_name_prefix="cuda-gym-eval")
-        self._baselines = BaselineCache(self.cache_dir / "baselines.json")
+        self._baselines = baseline_cache or BaselineCache(self.cache_dir / "baselines.json")
         self._header_lock = threading.Lock()
         self._header_checked = False
         self._closed = False
