@@ -72,7 +72,8 @@ class Evaluator:
         self._build_slots = threading.Semaphore(self.build_workers)
         self._device_slot = threading.Semaphore(1)
         self._executor = ThreadPoolExecutor(max_workers=self.build_workers + 4, thread_name_prefix="cuda-gym-eval")
-        self._baselines = baseline_cache or BaselineCache(self.cache_dir / "baselines.json")
+        self._baselines = (baseline_cache if baseline_cache is not None
+                           else BaselineCache(self.cache_dir / "baselines.json"))
         self._header_lock = threading.Lock()
         self._header_checked = False
         self._closed = False
