@@ -225,31 +225,38 @@ class ReactPolicy:
         return fitting
 
     # ------------------------------------------------------------------------------- playing
+    def _ask(self, chat: ChatBackend, messages: list[Message] | None, trajectory: Trajectory,
+             **kwargs: Any) -> tuple[Any, float]:
+        """The backend's reply to `messages` (`kwargs` go to `chat.chat`) and its seconds, or
+        (None, 0) with the trajectory's end reason set: the conversation did not fit (`messages`
+        is None) or the backend failed."""
+        if messages is None:
+            trajectory.end_reason = "context_budget"
+            trajectory.error = (f"the conversation does not fit {self.config.context_tokens} tokens with "
+                                f"{chat.sampling.max_new_tokens} for the reply, even shortened")
+            return None, 0.0
+        started = time.monotonic()
+        try:
+            reply = chat.chat(messages, **kwargs)
+        except Exception as exc:  # BackendError after retries, or anything else a backend raised
+            message = str(exc) if isinstance(exc, BackendError) else f"{type(exc).__name__}: {exc}"
+            trajectory.end_reason, trajectory.error = "backend_error", message
+            return None, 0.0
+        return reply, time.monotonic() - started
+
     def play(self, env: Any, chat: ChatBackend, task: Any, *, episode: int = 0, seed: int | None = None) -> Trajectory:
         """Play one episode of `task` (a cuda_gym Task) in `env` (a KernelEnv) with `chat`."""
         started = time.monotonic()
         prompt, info = env.reset(seed=seed, options={"task": task})
-        trajectory = Trajectory(task_id=info["task_id"], level=int(info["level"]), episode=episode,
-                                backend=chat.name, model=chat.model, env_backend=info["backend"],
-                                max_turns=int(info["max_turns"]), sampling=chat.sampling.to_dict())
+        trajectory = _new_trajectory(info, chat, episode)
         system = self.system_prompt(prompt)
         exchanges: list[_Exchange] = []
         best_turn: int | None = None
         while True:
             messages = self._fit(chat, system, exchanges, best_turn)
-            if messages is None:
-                trajectory.end_reason = "context_budget"
-                trajectory.error = (f"the conversation does not fit {self.config.context_tokens} tokens with "
-                                    f"{chat.sampling.max_new_tokens} for the reply, even shortened")
+            reply, generation_seconds = self._ask(chat, messages, trajectory)
+            if reply is None:
                 break
-            generation_started = time.monotonic()
-            try:
-                reply = chat.chat(messages)
-            except Exception as exc:  # BackendError after retries, or anything else a backend raised
-                message = str(exc) if isinstance(exc, BackendError) else f"{type(exc).__name__}: {exc}"
-                trajectory.end_reason, trajectory.error = "backend_error", message
-                break
-            generation_seconds = time.monotonic() - generation_started
             text = reply.text if isinstance(reply.text, str) else ""
             parsed = parse_reply(text)
             step_started = time.monotonic()
@@ -379,27 +386,15 @@ class ToolReactPolicy(ReactPolicy):
         started = time.monotonic()
         prompt, info = env.reset(seed=seed, options={"task": task})
         tools = env.unwrapped.tool_schemas
-        trajectory = Trajectory(task_id=info["task_id"], level=int(info["level"]), episode=episode,
-                                backend=chat.name, model=chat.model, env_backend=info["backend"],
-                                max_turns=int(info["max_turns"]), sampling=chat.sampling.to_dict())
+        trajectory = _new_trajectory(info, chat, episode)
         system = self.system_prompt(prompt)
         exchanges: list[_ToolExchange] = []
         counting = _ToolCounting(chat, tools)
         while True:
             messages = self._fit(counting, system, exchanges, None)
-            if messages is None:
-                trajectory.end_reason = "context_budget"
-                trajectory.error = (f"the conversation does not fit {self.config.context_tokens} tokens with "
-                                    f"{chat.sampling.max_new_tokens} for the reply, even shortened")
+            reply, generation_seconds = self._ask(chat, messages, trajectory, tools=tools)
+            if reply is None:
                 break
-            generation_started = time.monotonic()
-            try:
-                reply = chat.chat(messages, tools=tools)
-            except Exception as exc:  # BackendError after retries, or anything else a backend raised
-                message = str(exc) if isinstance(exc, BackendError) else f"{type(exc).__name__}: {exc}"
-                trajectory.end_reason, trajectory.error = "backend_error", message
-                break
-            generation_seconds = time.monotonic() - generation_started
             text = reply.text if isinstance(reply.text, str) else ""
             native_calls = list(reply.tool_calls or [])
             calls = native_calls or parse_tool_calls(text, id_prefix=f"turn{len(exchanges) + 1}")
@@ -442,6 +437,13 @@ class ToolReactPolicy(ReactPolicy):
                 break
         trajectory.seconds = time.monotonic() - started
         return trajectory
+
+
+def _new_trajectory(info: dict[str, Any], chat: ChatBackend, episode: int) -> Trajectory:
+    """An empty trajectory for the episode `env.reset` described in `info`."""
+    return Trajectory(task_id=info["task_id"], level=int(info["level"]), episode=episode,
+                      backend=chat.name, model=chat.model, env_backend=info["backend"],
+                      max_turns=int(info["max_turns"]), sampling=chat.sampling.to_dict())
 
 
 class _ToolCounting:
