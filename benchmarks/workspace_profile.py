@@ -4,8 +4,8 @@ how well `profile`'s per-kernel device times add up to the timed medians.
 The candidate is benchmarks/candidates/workspace_softmax/ (model_new.py, kernels/softmax.cu, its cpu
 twin kernels/softmax.cpp, kernels/softmax_binding.cpp) for builtin/L1/softmax. The episode:
 profile (the reference alone), write the files, compile, verify, profile, submit. For every judged
-forward with a kernel profile (the reference eager, the reference under torch.compile, the
-candidate) it reports the sum of the per-kernel device times of the one profiled forward against
+forward with a kernel profile (the reference eager and under torch.compile, profiled in the
+baseline workers; the candidate, in its eval worker) it reports the sum of the per-kernel device times of the one profiled forward against
 the median of the timed repeats, and whether they agree within 10%. Writes
 <out>/workspace_profile_<backend>_<date>.json.
 
@@ -34,20 +34,23 @@ def call(name: str, **arguments: str) -> str:
     return json.dumps({"name": name, "arguments": arguments})
 
 
-def agreement(label: str, result: dict | None) -> dict:
-    """Sum of the per-kernel device times of the profiled forward vs the timed median."""
-    if not result:
-        return {"label": label, "profiled": False, "why": "no result"}
-    profile = result.get("kernel_profile") or []
-    median = (result.get("candidate_time") or {}).get("median_ms")
-    entry = {"label": label, "error_code": result.get("error_code"), "message": (result.get("message") or "")[:400],
-             "profiled": bool(profile), "kernels": profile[:10], "median_ms": median,
-             "timing_method": (result.get("candidate_time") or {}).get("method")}
+def agreement(label: str, profile: list | None, median: float | None, **context: object) -> dict:
+    """Sum of the per-kernel device times of one profiled forward vs the timed median."""
+    entry = {"label": label, **context, "profiled": bool(profile), "kernels": (profile or [])[:10], "median_ms": median}
     if profile and median:
         total_ms = sum(float(k["total_us"]) for k in profile) / 1000
         entry.update(kernel_sum_ms=round(total_ms, 5), ratio=round(total_ms / median, 4),
                      within_10pct=abs(total_ms / median - 1) <= 0.10)
     return entry
+
+
+def candidate_agreement(result: dict | None) -> dict:
+    if not result:
+        return {"label": "candidate", "profiled": False, "why": "no result"}
+    timed = result.get("candidate_time") or {}
+    return agreement("candidate", result.get("kernel_profile"), timed.get("median_ms"),
+                     error_code=result.get("error_code"), message=(result.get("message") or "")[:400],
+                     timing_method=timed.get("method"))
 
 
 def main() -> int:
@@ -75,13 +78,14 @@ def main() -> int:
             print(f"{info['tool']:>10}: {info['verdict']} ({steps[-1]['seconds']} s)", flush=True)
             if terminated or truncated:
                 break
-        reference = {name: result.to_dict() for name, result in env.reference_profile().items()}
+        reference = env.reference_profile()  # the baseline workers' profiled forwards
         device = evaluator.device_name
         env.close()
     profile_step = next((s for s in steps if s["tool"] == "profile" and s["result"]), None)
-    checks = [agreement("reference (eager)", reference.get("eager")),
-              agreement("reference (torch.compile)", reference.get("compile")),
-              agreement("candidate", profile_step["result"] if profile_step else None)]
+    checks = [agreement(f"reference ({label})", (reference.get(name) or {}).get("kernel_profile"),
+                        (reference.get(name) or {}).get("median_ms"), why=(reference.get(name) or {}).get("why", ""))
+              for name, label in (("eager", "eager"), ("compile", "torch.compile"))]
+    checks.append(candidate_agreement(profile_step["result"] if profile_step else None))
     record = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "task": TASK,
         "backend": args.backend, "device": device, "host": platform.node(), "config": dataclasses.asdict(config), "seconds": round(time.monotonic() - started, 1),
@@ -96,7 +100,7 @@ def main() -> int:
     for check in checks:
         summary = (f"kernel sum {check['kernel_sum_ms']:.4g} ms / median {check['median_ms']:.4g} ms = "
                    f"{check['ratio']:.3f} (within 10%: {check['within_10pct']})" if "ratio" in check else
-                   f"no comparison ({check.get('error_code')}: {check.get('message', '')[:200]})")
+                   f"no comparison ({check.get('error_code') or ''} {check.get('message') or check.get('why', '')})"[:300])
         print(f"{check['label']}: {summary}")
     print(f"submit OK: {record['submit_ok']}; wrote {path}")
     return 0 if record["submit_ok"] else 1

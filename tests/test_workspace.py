@@ -332,7 +332,8 @@ def test_cuda_gym_agent_drives_the_workspace_through_openai_tool_calls(tmp_path,
 
 @pytest.mark.gpu
 def test_cuda_agent_layout_is_judged_and_profiled_on_cuda(cuda_evaluator, tmp_path):
-    env = WorkspaceEnv(backend="cuda", evaluator=cuda_evaluator, reward_mode="per_step", workdir_root=tmp_path)
+    env = WorkspaceEnv(backend="cuda", evaluator=cuda_evaluator, reward_mode="per_step", workdir_root=tmp_path,
+                       eval_config=cuda_evaluator.config.replace(baselines=("eager", "compile")))
     env.reset(options={"task_id": SOFTMAX_TASK})
     for path, text in softmax_files().items():
         assert env.step(call("write_file", path=path, content=text))[4]["verdict"] == "TOOL_OK"
@@ -344,4 +345,12 @@ def test_cuda_agent_layout_is_judged_and_profiled_on_cuda(cuda_evaluator, tmp_pa
     assert any("softmax_rows" in k["name"] for k in info["result"]["kernel_profile"])
     assert "reference (PyTorch eager):" in observation and "your candidate:" in observation
     assert "% of the timed median" in observation
+    # The torch.compile reference is profiled where Inductor's code runs (the baseline worker):
+    # its table holds the generated Triton kernels, not eager's softmax kernel.
+    reference = env.reference_profile()
+    assert "reference (torch.compile):" in observation
+    compiled = [k["name"] for k in reference["compile"]["kernel_profile"] or []]
+    assert any("triton" in name for name in compiled), reference["compile"]
+    assert not any("SoftMaxForward" in name for name in compiled), compiled
+    assert any("SoftMaxForward" in k["name"] for k in reference["eager"]["kernel_profile"]), reference["eager"]
     env.close()

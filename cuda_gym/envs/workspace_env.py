@@ -231,7 +231,6 @@ class WorkspaceEnv(KernelEnv):
         self.max_files = int(max_files)
         self.workdir: Path | None = None
         self.tool_schemas: list[dict[str, Any]] = json.loads(json.dumps(TOOL_SCHEMAS))
-        self._reference_profiles: dict[tuple[str, str], dict[str, EvalResult]] = {}
         self._judged_candidate: Candidate | None = None
 
     # ------------------------------------------------------------------------------ episode
@@ -556,48 +555,27 @@ class WorkspaceEnv(KernelEnv):
         return "\n".join(out)
 
     # --------------------------------------------------------------------------------- profile
-    _COMPILED_REFERENCE = '''
-
-class ModelNew(Model):
-    """The reference under torch.compile (the profile tool's torch.compile reference). It fails when
-    TorchDynamo compiled no graph (the forward then ran eagerly), so eager times and kernels are never
-    reported as torch.compile's."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._compiled_forward = torch.compile(super().forward)
-
-    def forward(self, *args):
-        from torch._dynamo.utils import counters
-
-        output = self._compiled_forward(*args)
-        if not counters["stats"]["unique_graphs"]:
-            raise RuntimeError("torch.compile compiled no graph in the eval worker: the forward ran eagerly")
-        return output
-'''
-    _EAGER_REFERENCE = '''
-
-class ModelNew(Model):
-    """The reference itself (the profile tool's eager reference)."""
-'''
-
-    def reference_profile(self) -> dict[str, EvalResult]:
-        """The reference (eager, and under torch.compile) judged as permissive candidates by the
-        same evaluator on CUDA, once per task; {} on the cpu backend (no per-kernel times there)."""
+    def reference_profile(self) -> dict[str, dict[str, Any]]:
+        """The reference under PyTorch eager and torch.compile, from the evaluator's baseline workers
+        (cached with the baseline times): {name: {"kernel_profile": one profiled forward's kernels
+        (`EvalResult.kernel_profile`'s format) or None, "median_ms": the baseline's timed median or
+        None, "why": why there is no table}}; {} on the cpu backend (no per-kernel times there)."""
         task = self.task
         assert task is not None
-        backend = self._target_backend()[0]
-        if backend != "cuda":
+        if self._target_backend()[0] != "cuda":
             return {}
-        key = (task.id, backend)
-        if key not in self._reference_profiles:
-            config = self.config.replace(policy="permissive", baselines=())
-            futures = {name: self.evaluator.submit(task, task.source + source, backend="cuda", config=config)
-                       for name, source in (("eager", self._EAGER_REFERENCE), ("compile", self._COMPILED_REFERENCE))}
-            self._reference_profiles[key] = {name: future.result() for name, future in futures.items()}
-        return self._reference_profiles[key]
+        baselines = self.evaluator.baselines(task, backend="cuda", config=self.config)
+        out = {}
+        for name in ("eager", "compile"):
+            stats, table = baselines.get(name), baselines.get("profiles", {}).get(name)
+            why = baselines.get("errors", {}).get(name) or (table if isinstance(table, str) else "")
+            if name not in self.config.baselines:
+                why = f"this configuration has no {name} baseline"
+            out[name] = {"kernel_profile": table if isinstance(table, list) else None,
+                         "median_ms": stats.median_ms if stats else None, "why": why}
+        return out
 
-    def _profile_text(self, result: EvalResult | None, reference: dict[str, EvalResult]) -> str:
+    def _profile_text(self, result: EvalResult | None, reference: dict[str, dict[str, Any]]) -> str:
         backend = self._target_backend()[0]
         out = []
         if backend != "cuda":
@@ -610,34 +588,34 @@ class ModelNew(Model):
             out.append("Per-kernel device times need the CUDA backend (the CUDA profiler); on the cpu backend "
                        "profile reports the timed medians only.")
             return "\n".join(out)
-        sections = [("reference (PyTorch eager)", reference.get("eager")),
-                    ("reference (torch.compile)", reference.get("compile"))]
-        if result is not None:
-            sections.append(("your candidate", result))
         out.append("Per-kernel device time, one profiled forward after the timing (CUDA profiler):")
-        for label, judged in sections:
-            out.extend(profile_lines(label, judged))
+        for name, label in (("eager", "reference (PyTorch eager)"), ("compile", "reference (torch.compile)")):
+            entry = reference.get(name) or {}
+            out.extend(profile_lines(label, entry.get("kernel_profile"), entry.get("median_ms"),
+                                     entry.get("why") or "not profiled"))
+        if result is not None:
+            why = (f"{result.error_code.value}: {result.message.splitlines()[0][:300]}" if result.message
+                   else "no kernel profile in the result")
+            out.extend(profile_lines("your candidate", result.kernel_profile or None,
+                                     result.candidate_time.median_ms if result.candidate_time else None, why))
         return "\n".join(out)
 
 
-def profile_lines(label: str, result: EvalResult | None, top: int = 10) -> list[str]:
-    """The per-kernel table of one judged forward: its kernels' share, total device time and
-    launches, and the summed device time against the timed median."""
-    if result is None:
-        return [f"{label}: not profiled"]
-    if not result.kernel_profile:
-        why = result.message.splitlines()[0][:300] if result.message else "no kernel profile in the result"
-        return [f"{label}: no per-kernel times ({result.error_code.value}: {why})"]
-    total_us = sum(float(k["total_us"]) for k in result.kernel_profile)
-    median = result.candidate_time.median_ms if result.candidate_time else None
-    ratio = f", {100 * total_us / 1000 / median:.0f}% of the timed median {median:.4g} ms" if median else ""
-    lines = [f"{label}: {total_us / 1000:.4g} ms device time in {len(result.kernel_profile)} kernel(s){ratio}",
+def profile_lines(label: str, kernel_profile: list[dict[str, Any]] | None, median_ms: float | None,
+                  why: str, top: int = 10) -> list[str]:
+    """The per-kernel table of one profiled forward: each kernel's share, total device time and
+    launches, and the summed device time against the timed median; `why` when there is no table."""
+    if not kernel_profile:
+        return [f"{label}: no per-kernel times ({why})"]
+    total_us = sum(float(k["total_us"]) for k in kernel_profile)
+    ratio = f", {100 * total_us / 1000 / median_ms:.0f}% of the timed median {median_ms:.4g} ms" if median_ms else ""
+    lines = [f"{label}: {total_us / 1000:.4g} ms device time in {len(kernel_profile)} kernel(s){ratio}",
              "   share   total_us  count  kernel"]
-    for entry in result.kernel_profile[:top]:
+    for entry in kernel_profile[:top]:
         share = 100 * float(entry["total_us"]) / total_us if total_us else 0.0
         name = str(entry["name"])
         name = name if len(name) <= 100 else name[:97] + "..."
         lines.append(f"  {share:5.1f}% {float(entry['total_us']):10.1f} {int(entry['count']):6d}  {name}")
-    if len(result.kernel_profile) > top:
-        lines.append(f"  ... {len(result.kernel_profile) - top} more kernel(s)")
+    if len(kernel_profile) > top:
+        lines.append(f"  ... {len(kernel_profile) - top} more kernel(s)")
     return lines

@@ -95,11 +95,13 @@ class Evaluator:
 
     def baselines(self, task: Task, *, backend: str | None = None, config: EvalConfig | None = None) -> dict[str, Any]:
         """Cached eager / torch.compile times for a task: {'eager': TimingStats|None, 'compile': ...,
-        'errors': {name: why}, 'peak_gib': the most a baseline worker's CUDA allocator reserved}."""
+        'errors': {name: why}, 'peak_gib': the most a baseline worker's CUDA allocator reserved,
+        'profiles': {name: per-kernel table of one profiled forward in the kept worker (cuda only;
+        `EvalResult.kernel_profile`'s format), or a string saying why there is none}}."""
         backend = self._check_backend(backend)
         entry = self._baseline_entry(task, backend, config or self.config)
         return {name: (TimingStats(**entry[name]) if entry.get(name) else None) for name in ("eager", "compile")} | {
-            "errors": entry.get("errors", {}), "peak_gib": entry.get("peak_gib")}
+            "errors": entry.get("errors", {}), "peak_gib": entry.get("peak_gib"), "profiles": entry.get("profiles", {})}
 
     def wait_until_warm(self) -> None:
         """Block until the spare workers have started (interpreter, CUDA context, warm-up kernels).
@@ -372,6 +374,7 @@ class Evaluator:
             if not config.baselines:
                 return entry
             samples: dict[str, list[dict[str, Any]]] = {name: [] for name in config.baselines}
+            profiles: dict[str, list[Any]] = {name: [] for name in config.baselines}  # beside samples
             errors = []
             for _ in range(config.baseline_workers):
                 measured, error = measure_once()
@@ -381,20 +384,29 @@ class Evaluator:
                 for name in config.baselines:
                     if measured.get(name):
                         samples[name].append(measured[name])
+                        profiles[name].append((measured.get("profiles") or {}).get(name)
+                                              or (measured.get("profile_errors") or {}).get(name))
                 if "compile_warmup_s" in measured:
                     entry.setdefault("compile_warmup_s", []).append(measured["compile_warmup_s"])
                 peak = (measured.get("memory") or {}).get("peak_gib")
                 if peak is not None:
                     entry["peak_gib"] = max(float(peak), entry.get("peak_gib", 0.0))
+            if backend == "cuda":
+                entry["profiles"] = {}
             for name in config.baselines:
-                ordered = sorted(samples[name], key=lambda stats: stats["median_ms"])
-                entry[name] = ordered[(len(ordered) - 1) // 2] if ordered else None  # the median (lower of two)
+                order = sorted(range(len(samples[name])), key=lambda i: samples[name][i]["median_ms"])
+                kept = order[(len(order) - 1) // 2] if order else None  # the median worker (lower of two)
+                entry[name] = samples[name][kept] if kept is not None else None
+                if backend == "cuda" and kept is not None:
+                    # The kept worker's profiled forward: a list of kernels, or why it failed (a string).
+                    entry["profiles"][name] = profiles[name][kept] or "the baseline worker sent no profile"
                 entry[f"{name}_worker_medians_ms"] = [stats["median_ms"] for stats in samples[name]]
                 if not samples[name]:
                     entry["errors"][name] = errors[-1] if errors else "the baseline worker reported no time"
             return entry
 
-        return self._baselines.get(key, compute, tuple(config.baselines))
+        needed = (*config.baselines, "profiles") if backend == "cuda" and config.baselines else tuple(config.baselines)
+        return self._baselines.get(key, compute, needed)
 
     # -------------------------------------------------------------------------------------- judge
     def _judge(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],

@@ -548,7 +548,28 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
         result["compile"] = _stats_meta(stats)
     if device == "cuda":
         result["memory"]["peak_gib"] = round(torch.cuda.max_memory_reserved() / memory.GIB, 3)
+        # After both timings (the profiler slows later launches): one profiled forward of each, here
+        # where torch.compile's code really runs (a compiled reference judged as a candidate runs
+        # eagerly under the op recorder's dispatch mode: docs/evaluation-policy.md).
+        result["profiles"] = {}
+        for name, timed in (("eager", model if "eager" in config["baselines"] else None), ("compile", compiled)):
+            if timed is None:
+                continue
+            try:
+                result["profiles"][name] = _profile_forward(timed, setup)
+            except Exception as exc:  # noqa: BLE001 - the times stand without a profile
+                result.setdefault("profile_errors", {})[name] = f"{type(exc).__name__}: {exc}"[:500]
     channel.send("baseline", result)
+
+
+def _profile_forward(model: Any, setup: _TaskSetup) -> list[dict[str, Any]]:
+    """One forward of trusted code (a baseline) under the CUDA profiler: `_kernel_profile`'s table."""
+    inputs = [_clone(v) for v in setup.timing_sets[0]]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profiler:
+        with torch.no_grad():
+            model(*inputs)
+        _sync("cuda")
+    return _kernel_profile([e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA])
 
 
 def _stream_sample(output: Any, seed: int) -> list[torch.Tensor]:
