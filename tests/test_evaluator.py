@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cuda_gym.eval import ErrorCode, EvalConfig, EvalResult, Evaluator, TimingStats, milestone_reward
+from cuda_gym.eval.evaluator import _workers_agree
 from cuda_gym.tasks import get_task, load_suite, solution_path
 
 from .conftest import TEST_CONFIG
@@ -139,8 +140,8 @@ class ModelNew(nn.Module):
 
 def test_baseline_keeps_the_median_of_several_workers(tmp_path):
     # The candidate is timed in one worker: the fastest of several baseline workers would put the
-    # reference, submitted as its own candidate, below 1.00x.
-    config = TEST_CONFIG.replace(baseline_workers=3)
+    # reference, submitted as its own candidate, below 1.00x. (No agreement: all three run.)
+    config = TEST_CONFIG.replace(baseline_workers=3, baseline_agreement=0.0)
     with Evaluator("cpu", config, cache_dir=tmp_path) as evaluator:
         times = evaluator.baselines(get_task(GELU_TASK))
     entries = json.loads((tmp_path / "baselines.json").read_text())
@@ -148,6 +149,22 @@ def test_baseline_keeps_the_median_of_several_workers(tmp_path):
     medians = entry["eager_worker_medians_ms"]
     assert len(medians) == 3 and all(m > 0 for m in medians)
     assert times["eager"].median_ms == sorted(medians)[1]
+
+
+def test_the_third_baseline_worker_runs_only_when_the_first_two_disagree(tmp_path):
+    def stats(ms):
+        return {"median_ms": ms}
+
+    config = EvalConfig(baseline_agreement=0.02)
+    assert _workers_agree({"eager": [stats(1.0), stats(1.019)], "compile": [stats(2.0), stats(1.98)]}, config)
+    assert not _workers_agree({"eager": [stats(1.0), stats(1.021)], "compile": [stats(2.0), stats(2.0)]}, config)
+    assert not _workers_agree({"eager": [stats(1.0)], "compile": [stats(2.0), stats(2.0)]}, config)  # one failed
+    # End to end: a tolerance nothing on this machine misses stops at two workers.
+    with Evaluator("cpu", TEST_CONFIG.replace(baseline_workers=3, baseline_agreement=0.49), cache_dir=tmp_path) as ev:
+        times = ev.baselines(get_task(GELU_TASK))
+    (entry,) = json.loads((tmp_path / "baselines.json").read_text()).values()
+    medians = entry["eager_worker_medians_ms"]
+    assert len(medians) == 2 and times["eager"].median_ms == min(medians)
 
 
 def test_speedup_is_the_cached_eager_baseline_over_the_candidates_time(cpu_evaluator):

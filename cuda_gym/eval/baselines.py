@@ -17,7 +17,7 @@ def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch
     """`timer`: "held" or "open" (timing.py), as the evaluator's workers time."""
     timing = (config.precision, config.warmup_reps, config.timing_reps, config.timing_min_reps,
               config.timing_budget_s, config.l2_flush, config.timing_input_sets, config.cpu_threads,
-              config.baseline_workers, TIMER_REVISION, timer, config.timing_warmup_s)
+              config.baseline_workers, TIMER_REVISION, timer, config.timing_warmup_s, config.baseline_agreement)
     digest = hashlib.sha256(json.dumps([source_hash, sizes, timing], sort_keys=True).encode()).hexdigest()[:16]
     return f"{task_id}|{device}|torch {torch_version}|{config.precision}|{digest}"
 

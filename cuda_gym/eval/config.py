@@ -39,7 +39,10 @@ class EvalConfig:
     precision: str = "fp32"
     policy: str = "strict"
     baselines: tuple[str, ...] = ("eager", "compile")
-    baseline_workers: int = 3  # each baseline is timed in this many fresh workers; the median worker is kept
+    baseline_workers: int = 3  # each baseline is timed in up to this many fresh workers; the median worker is kept
+    # The third worker is skipped when the first two agree within this fraction on every baseline: the
+    # median of three always lies between the first two, so it could move the kept time by at most that.
+    baseline_agreement: float = 0.02
     compile_timeout_s: float = 300.0
     eval_timeout_s: float = 120.0
     baseline_timeout_s: float = 600.0
@@ -63,6 +66,8 @@ class EvalConfig:
             raise ValueError(f"unknown baselines {sorted(unknown)}; use 'eager' and/or 'compile'")
         if self.baseline_workers < 1:
             raise ValueError("baseline_workers must be >= 1")
+        if not 0.0 <= self.baseline_agreement < 0.5:
+            raise ValueError("baseline_agreement must be in [0, 0.5)")
         if self.correctness_trials < 2:
             raise ValueError("correctness_trials must be >= 2 (one draw cannot detect caching)")
 

@@ -43,6 +43,17 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("CUDA_GYM_CACHE") or Path.home() / ".cache" / "cuda_gym")
 
 
+def _workers_agree(samples: dict[str, list[dict[str, Any]]], config: EvalConfig) -> bool:
+    """Two workers timed every baseline and their medians are within `baseline_agreement` of each other."""
+    for times in samples.values():
+        if len(times) != 2:
+            return False
+        low, high = sorted(stats["median_ms"] for stats in times)
+        if not low > 0 or high / low - 1 > config.baseline_agreement:
+            return False
+    return True
+
+
 class Evaluator:
     """Judges candidates. Use as a context manager, or call `close()`.
 
@@ -369,14 +380,18 @@ class Evaluator:
             # time is kept: one worker's median can land ~25% off (seen on the H200 for short
             # kernels and host-bound models), and the candidate is timed in one worker, so the
             # fastest of several would make the reference slower than itself. A failed worker
-            # counts only when no worker measured the baseline.
+            # counts only when no worker measured the baseline. With three workers, the third runs
+            # only when the first two disagree by more than `baseline_agreement` on some baseline:
+            # the median of three lies between the first two whatever the third measures.
             entry: dict[str, Any] = {"errors": {}}
             if not config.baselines:
                 return entry
             samples: dict[str, list[dict[str, Any]]] = {name: [] for name in config.baselines}
             profiles: dict[str, list[Any]] = {name: [] for name in config.baselines}  # beside samples
             errors = []
-            for _ in range(config.baseline_workers):
+            for started in range(config.baseline_workers):
+                if started == 2 and config.baseline_workers == 3 and _workers_agree(samples, config):
+                    break
                 measured, error = measure_once()
                 if error:
                     errors.append(error)
