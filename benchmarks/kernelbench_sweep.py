@@ -68,12 +68,14 @@ def main() -> int:
     parser.add_argument("--policy", default="permissive", choices=["strict", "permissive"],
                         help="permissive by default: the identity candidate calls PyTorch")
     parser.add_argument("--no-compile-baseline", action="store_true")
-    parser.add_argument("--baseline-workers", type=int, default=1)
+    parser.add_argument("--baseline-workers", type=int, default=None,
+                        help="fresh workers per baseline (default: EvalConfig's, 3 with the 2%% agreement stop)")
     parser.add_argument("--max-minutes", type=float, default=None, help="stop between tasks after this long")
     parser.add_argument("--out", required=True, help="result JSON (resumed when it exists)")
     args = parser.parse_args()
 
     from cuda_gym.eval import EvalConfig, Evaluator
+    from cuda_gym.eval.config import TIMER_REVISION
     from cuda_gym.tasks import get_task
     from cuda_gym.tasks.kernelbench import load_kernelbench
 
@@ -95,10 +97,13 @@ def main() -> int:
                              t.level, t.name))
     folder = Path(args.candidates) if args.candidates else None
     baselines = ("eager",) if args.no_compile_baseline else ("eager", "compile")
-    config = EvalConfig(policy=args.policy, baselines=baselines, baseline_workers=args.baseline_workers)
+    config = EvalConfig(policy=args.policy, baselines=baselines)
+    if args.baseline_workers is not None:
+        config = config.replace(baseline_workers=args.baseline_workers)
     payload.update({"date": dt.date.today().isoformat(), "backend": args.backend, "policy": args.policy,
                     "candidates": str(folder) if folder else "identity", "baselines": list(baselines),
-                    "baseline_workers": args.baseline_workers, "host": platform.node()})
+                    "baseline_workers": config.baseline_workers, "baseline_agreement": config.baseline_agreement,
+                    "timer_revision": TIMER_REVISION, "host": platform.node()})
     started = time.monotonic()
     with Evaluator(args.backend, config) as evaluator:
         payload["device"] = evaluator.device_name
