@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable
 from ..eval.candidate import Candidate, InvalidCandidate, pack_workdir
 from ..eval.config import EvalConfig
 from ..eval.logs import trim_compile_log
-from ..eval.result import ErrorCode, EvalResult
+from ..eval.result import ErrorCode, EvalResult, TimingStats
 from ..extension import BINDING_REGISTRY_H, REGISTRY_HEADER, ExtensionError
 from ..tasks.task import Task
 from . import prompt as prompt_text
@@ -558,8 +558,8 @@ class WorkspaceEnv(KernelEnv):
     def reference_profile(self) -> dict[str, dict[str, Any]]:
         """The reference under PyTorch eager and torch.compile, from the evaluator's baseline workers
         (cached with the baseline times): {name: {"kernel_profile": one profiled forward's kernels
-        (`EvalResult.kernel_profile`'s format) or None, "median_ms": the baseline's timed median or
-        None, "why": why there is no table}}; {} on the cpu backend (no per-kernel times there)."""
+        (`EvalResult.kernel_profile`'s format) or None, "stats": the baseline's TimingStats or None,
+        "why": why there is no table}}; {} on the cpu backend (no per-kernel times there)."""
         task = self.task
         assert task is not None
         if self._target_backend()[0] != "cuda":
@@ -571,8 +571,7 @@ class WorkspaceEnv(KernelEnv):
             why = baselines.get("errors", {}).get(name) or (table if isinstance(table, str) else "")
             if name not in self.config.baselines:
                 why = f"this configuration has no {name} baseline"
-            out[name] = {"kernel_profile": table if isinstance(table, list) else None,
-                         "median_ms": stats.median_ms if stats else None, "why": why}
+            out[name] = {"kernel_profile": table if isinstance(table, list) else None, "stats": stats, "why": why}
         return out
 
     def _profile_text(self, result: EvalResult | None, reference: dict[str, dict[str, Any]]) -> str:
@@ -591,24 +590,31 @@ class WorkspaceEnv(KernelEnv):
         out.append("Per-kernel device time, one profiled forward after the timing (CUDA profiler):")
         for name, label in (("eager", "reference (PyTorch eager)"), ("compile", "reference (torch.compile)")):
             entry = reference.get(name) or {}
-            out.extend(profile_lines(label, entry.get("kernel_profile"), entry.get("median_ms"),
+            out.extend(profile_lines(label, entry.get("kernel_profile"), entry.get("stats"),
                                      entry.get("why") or "not profiled"))
         if result is not None:
             why = (f"{result.error_code.value}: {result.message.splitlines()[0][:300]}" if result.message
                    else "no kernel profile in the result")
-            out.extend(profile_lines("your candidate", result.kernel_profile or None,
-                                     result.candidate_time.median_ms if result.candidate_time else None, why))
+            out.extend(profile_lines("your candidate", result.kernel_profile or None, result.candidate_time, why))
         return "\n".join(out)
 
 
-def profile_lines(label: str, kernel_profile: list[dict[str, Any]] | None, median_ms: float | None,
+def profile_lines(label: str, kernel_profile: list[dict[str, Any]] | None, stats: TimingStats | None,
                   why: str, top: int = 10) -> list[str]:
     """The per-kernel table of one profiled forward: each kernel's share, total device time and
-    launches, and the summed device time against the timed median; `why` when there is no table."""
+    launches, and the summed device time against the timed median; `why` when there is no table.
+    Where the timed calls were held (CUDA) and the host took longer to issue a call than its
+    device work ran, the median is host time: the line says so."""
     if not kernel_profile:
         return [f"{label}: no per-kernel times ({why})"]
     total_us = sum(float(k["total_us"]) for k in kernel_profile)
-    ratio = f", {100 * total_us / 1000 / median_ms:.0f}% of the timed median {median_ms:.4g} ms" if median_ms else ""
+    ratio = ""
+    if stats is not None and stats.median_ms:
+        ratio = f", {100 * total_us / 1000 / stats.median_ms:.0f}% of the timed median {stats.median_ms:.4g} ms"
+        device_ms, issue_ms = (stats.detail or {}).get("held_device_ms"), (stats.detail or {}).get("held_issue_ms")
+        if device_ms and issue_ms and issue_ms > device_ms:
+            ratio += (f" (host-bound: issuing a call took {issue_ms:.4g} ms of host time, its device work "
+                      f"{device_ms:.4g} ms; kernels are {100 * total_us / 1000 / device_ms:.0f}% of that device time)")
     lines = [f"{label}: {total_us / 1000:.4g} ms device time in {len(kernel_profile)} kernel(s){ratio}",
              "   share   total_us  count  kernel"]
     for entry in kernel_profile[:top]:
