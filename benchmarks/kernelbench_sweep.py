@@ -126,6 +126,11 @@ def main() -> int:
                 "candidate_method": result.candidate_time.method if result.candidate_time else None,
                 "eager_ms": result.eager_time.median_ms if result.eager_time else None,
                 "compile_ms": result.compile_time.median_ms if result.compile_time else None,
+                "candidate_detail": result.candidate_time.detail if result.candidate_time else None,
+                "eager_method": result.eager_time.method if result.eager_time else None,
+                "eager_detail": result.eager_time.detail if result.eager_time else None,
+                "baseline_worker_medians_ms": base.get("worker_medians_ms"),
+                "baseline_worker_methods": base.get("worker_methods"),
                 "flags": result.flags, "memory": result.device_memory,
                 "message": "" if result.ok else result.message[:500],
             }

@@ -108,11 +108,15 @@ class Evaluator:
         """Cached eager / torch.compile times for a task: {'eager': TimingStats|None, 'compile': ...,
         'errors': {name: why}, 'peak_gib': the most a baseline worker's CUDA allocator reserved,
         'profiles': {name: per-kernel table of one profiled forward in the kept worker (cuda only;
-        `EvalResult.kernel_profile`'s format), or a string saying why there is none}}."""
+        `EvalResult.kernel_profile`'s format), or a string saying why there is none},
+        'worker_medians_ms' / 'worker_methods': {name: each fresh worker's median / timing method, in
+        the order run}}."""
         backend = self._check_backend(backend)
         entry = self._baseline_entry(task, backend, config or self.config)
         return {name: (TimingStats(**entry[name]) if entry.get(name) else None) for name in ("eager", "compile")} | {
-            "errors": entry.get("errors", {}), "peak_gib": entry.get("peak_gib"), "profiles": entry.get("profiles", {})}
+            "errors": entry.get("errors", {}), "peak_gib": entry.get("peak_gib"), "profiles": entry.get("profiles", {}),
+            "worker_medians_ms": {name: entry.get(f"{name}_worker_medians_ms") for name in ("eager", "compile")},
+            "worker_methods": {name: entry.get(f"{name}_worker_methods") for name in ("eager", "compile")}}
 
     def wait_until_warm(self) -> None:
         """Block until the spare workers have started (interpreter, CUDA context, warm-up kernels).
@@ -416,6 +420,7 @@ class Evaluator:
                     # The kept worker's profiled forward: a list of kernels, or why it failed (a string).
                     entry["profiles"][name] = profiles[name][kept] or "the baseline worker sent no profile"
                 entry[f"{name}_worker_medians_ms"] = [stats["median_ms"] for stats in samples[name]]
+                entry[f"{name}_worker_methods"] = [stats.get("method") for stats in samples[name]]
                 if not samples[name]:
                     entry["errors"][name] = errors[-1] if errors else "the baseline worker reported no time"
             return entry
