@@ -199,3 +199,70 @@ def test_rendered_candidates_are_correct_on_cuda(cuda_evaluator, task_id):
         result = cuda_evaluator.evaluate(task, render_candidate(plan, space.values(action)))
         assert result.correct, (action, result.error_code, result.message, result.compile_log[-1500:],
                                 result.runtime_log[-1500:])
+
+
+class _RecordingEvaluator:
+    """The session's CPU evaluator, recording the judge each call used."""
+
+    def __init__(self, evaluator):
+        self.evaluator = evaluator
+        self.submitted, self.evaluated = [], []
+
+    def submit(self, task, source, **kwargs):
+        self.submitted.append(kwargs["config"])
+        return self.evaluator.submit(task, source, **kwargs)
+
+    def evaluate(self, task, source, **kwargs):
+        self.evaluated.append(kwargs["config"])
+        return self.evaluator.evaluate(task, source, **kwargs)
+
+
+def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator):
+    from benchmarks.template_agent import _geomean, run_sweep
+
+    tasks = [get_task(t) for t in ("builtin/L1/gelu", "builtin/L1/argmax_dim", "builtin/L1/cumsum")]
+    recorder = _RecordingEvaluator(cpu_evaluator)
+    phases = []
+    rows = run_sweep(recorder, tasks, backend="cpu", time_budget_s=600, tune=0, judge_config=cpu_evaluator.config,
+                     write=lambda phase, rows: phases.append(phase), log=lambda line: None)
+    # phase A: the check judge (no baselines, one timed call); phase B: the judge given, nothing else
+    assert len(recorder.submitted) == 2 and all(c.baselines == () and c.timing_reps == 1 and c.warmup_reps == 0
+                                                 and c.correctness_trials == cpu_evaluator.config.correctness_trials
+                                                 for c in recorder.submitted)
+    assert recorder.evaluated == [cpu_evaluator.config] * 2
+    assert phases[0] == "planned" and phases.index("B") > phases.index("A")
+    assert "cumsum" in rows["builtin/L1/cumsum"]["not_covered"] and "a_error_code" not in rows["builtin/L1/cumsum"]
+    for task_id in ("builtin/L1/gelu", "builtin/L1/argmax_dim"):
+        row = rows[task_id]
+        assert row["a_correct"] and row["a_check_ms"] > 0, row
+        assert not any(key.startswith("a_speedup") for key in row), row  # no speedup without a baseline
+        assert row["b_correct"] and row["b_speedup_vs_eager"] > 0 and row["b_eager_ms"] > 0, row
+        assert row["b_speedup_vs_compile"] is None  # this judge has no compile baseline
+    from benchmarks.template_agent import summarize
+
+    entry = summarize(rows)["builtin/L1"]
+    assert (entry["tasks"], entry["covered"], entry["judged"], entry["correct"], entry["b_correct"]) == (3, 2, 2, 2, 2)
+    assert entry["geomean_speedup_vs_eager"] == pytest.approx(
+        _geomean([rows[t]["b_speedup_vs_eager"] for t in ("builtin/L1/gelu", "builtin/L1/argmax_dim")]))
+    assert entry["compile_measured"] == 0 and entry["geomean_speedup_vs_compile"] is None
+
+
+def test_sweep_cut_by_the_phase_a_share_keeps_every_row():
+    from concurrent.futures import Future
+
+    from benchmarks.template_agent import run_sweep, summarize
+
+    class NeverDone:  # a judge that never answers: phase A must end at its share of the budget
+        def submit(self, task, source, **kwargs):
+            return Future()
+
+        def evaluate(self, *args, **kwargs):
+            raise AssertionError("phase B must not run: nothing was judged correct")
+
+    tasks = [get_task("builtin/L1/gelu"), get_task("builtin/L1/cumsum")]
+    rows = run_sweep(NeverDone(), tasks, backend="cpu", time_budget_s=1.0, phase_a_share=0.5, tune=0,
+                     log=lambda line: None)
+    assert set(rows) == {"builtin/L1/gelu", "builtin/L1/cumsum"}
+    assert "phase A" in rows["builtin/L1/gelu"]["a_not_judged"] and "a_error_code" not in rows["builtin/L1/gelu"]
+    entry = summarize(rows)["all"]
+    assert (entry["covered"], entry["judged"], entry["correct"], entry["b_judged"]) == (1, 0, 0, 0)
