@@ -266,3 +266,95 @@ def test_sweep_cut_by_the_phase_a_share_keeps_every_row():
     assert "phase A" in rows["builtin/L1/gelu"]["a_not_judged"] and "a_error_code" not in rows["builtin/L1/gelu"]
     entry = summarize(rows)["all"]
     assert (entry["covered"], entry["judged"], entry["correct"], entry["b_judged"]) == (1, 0, 0, 0)
+
+
+# The CUDA implicit-GEMM convolution kernel (csrc/templates/conv.cuh) run on the CPU: g++ compiles the
+# kernel's own text with a shim in which every CUDA thread of a block is a std::thread, __shared__ is a
+# static shared by them and __syncthreads a std::barrier; blocks run one after another. Checked against a
+# direct loop on 1D/2D/3D shapes with groups, stride, padding, dilation and partial tiles, for four tile
+# shapes (16 to 256 threads). A missing barrier or a wrong index makes it fail.
+_CONV_EMULATION = r'''
+#include <barrier>
+#include <thread>
+#include <vector>
+#include <cstdio>
+#include "common.h"
+struct CgDim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local CgDim3 threadIdx;
+CgDim3 blockIdx, gridDim;
+std::barrier<>* cg_barrier;
+#define __global__
+#define __device__
+#define __launch_bounds__(n)
+#define __shared__ static
+inline void __syncthreads() { cg_barrier->arrive_and_wait(); }
+struct CgConvShape { int64_t n, c, oc, groups, d, h, w, od, oh, ow, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw; };
+struct Ident { float operator()(float v, int64_t) const { return v; } };
+@KERNEL@
+template <int BM, int BN, int BK, int TM, int TN> double run(const CgConvShape& s) {
+    const int64_t cg = s.c / s.groups, ocg = s.oc / s.groups, isp = s.d * s.h * s.w, osp = s.od * s.oh * s.ow;
+    const int64_t ksp = s.kd * s.kh * s.kw;
+    std::vector<float> x(s.n * s.c * isp), w(s.oc * cg * ksp), y(s.n * s.oc * osp, NAN), r(y.size());
+    unsigned state = 1;
+    for (auto* v : {&x, &w}) for (auto& e : *v) { state = state * 1664525u + 1013904223u; e = (state >> 8) / 16777216.f - .5f; }
+    for (int64_t nb = 0; nb < s.n; ++nb) for (int64_t o = 0; o < s.oc; ++o) for (int64_t oz = 0; oz < s.od; ++oz)
+    for (int64_t oy = 0; oy < s.oh; ++oy) for (int64_t ox = 0; ox < s.ow; ++ox) {
+        double acc = 0;
+        for (int64_t c = 0; c < cg; ++c) for (int64_t kz = 0; kz < s.kd; ++kz) for (int64_t ky = 0; ky < s.kh; ++ky)
+        for (int64_t kx = 0; kx < s.kw; ++kx) {
+            const int64_t iz = oz * s.sd - s.pd + kz * s.dd, iy = oy * s.sh - s.ph + ky * s.dh, ix = ox * s.sw - s.pw + kx * s.dw;
+            if (iz < 0 || iz >= s.d || iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+            acc += (double)x[(nb * s.c + o / ocg * cg + c) * isp + (iz * s.h + iy) * s.w + ix] * w[(o * cg + c) * ksp + (kz * s.kh + ky) * s.kw + kx];
+        }
+        r[(nb * s.oc + o) * osp + (oz * s.oh + oy) * s.ow + ox] = (float)acc;
+    }
+    constexpr int THREADS = (BM / TM) * (BN / TN);
+    gridDim = {(unsigned)((s.n * osp + BM - 1) / BM), (unsigned)((ocg + BN - 1) / BN), (unsigned)s.groups};
+    std::barrier<> bar(THREADS);
+    cg_barrier = &bar;
+    for (unsigned bz = 0; bz < gridDim.z; ++bz) for (unsigned by = 0; by < gridDim.y; ++by) for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+        blockIdx = {bx, by, bz};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < THREADS; ++t)
+            threads.emplace_back([&, t] { threadIdx.x = t; cg_conv_kernel<BM, BN, BK, TM, TN, Ident>(x.data(), w.data(), y.data(), s, Ident{}); });
+        for (auto& th : threads) th.join();
+    }
+    double err = 0;
+    for (size_t i = 0; i < y.size(); ++i) err = std::isnan(y[i]) ? INFINITY : std::fmax(err, std::fabs(y[i] - r[i]));
+    return err;
+}
+int main() {
+    const CgConvShape shapes[] = {  // n, c, oc, groups, d, h, w, od, oh, ow, kernel, stride, padding, dilation
+        {2, 6, 10, 2, 1, 9, 7, 1, 5, 5, 1, 3, 2, 1, 2, 1, 0, 1, 0, 1, 1, 2},
+        {1, 3, 4, 1, 5, 6, 4, 3, 3, 2, 3, 2, 3, 1, 2, 1, 0, 0, 0, 1, 1, 1},
+        {3, 5, 37, 1, 1, 1, 40, 1, 1, 42, 1, 1, 3, 1, 1, 1, 0, 0, 2, 1, 1, 1},
+    };
+    double worst = 0;
+    for (const auto& s : shapes)
+        for (double e : {run<32, 32, 8, 8, 8>(s), run<64, 64, 16, 4, 4>(s), run<128, 32, 32, 4, 8>(s), run<32, 128, 8, 4, 4>(s)})
+            worst = std::fmax(worst, e);
+    printf("max_abs_error %.3g\n", worst);
+    return 0;
+}
+'''
+
+
+def test_cuda_conv_kernel_emulated_on_cpu(tmp_path):
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found")
+    text = (template_dir() / "conv.cuh").read_text()
+    start = text.index("#define CG_CONV_OUTSIDE")  # the kernel's sentinel, then the kernel
+    end = text.index("template <int BM, int BN, int BK, int TM, int TN, class E>\nint cg_conv(")
+    source = tmp_path / "conv_emulation.cpp"
+    source.write_text(_CONV_EMULATION.replace("@KERNEL@", text[start:end]))
+    binary = tmp_path / "conv_emulation"
+    build = subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"-I{template_dir()}", str(source), "-o", str(binary)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    error = float(run.stdout.split()[-1])
+    assert error < 1e-4, run.stdout

@@ -31,6 +31,9 @@ struct CgConvShape {
     int64_t kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw;
 };
 
+// Sentinel coordinate of a padded tile row or depth slot: any sum with a valid coordinate stays < 0.
+#define CG_CONV_OUTSIDE (-(1 << 29))
+
 template <int BM, int BN, int BK, int TM, int TN, class E>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 cg_conv_kernel(const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y, CgConvShape s, E e) {
@@ -38,6 +41,14 @@ cg_conv_kernel(const float* __restrict__ x, const float* __restrict__ wt, float*
     constexpr int RSTEP = BM / TM, CSTEP = BN / TN;
     __shared__ float As[BK][BM];
     __shared__ float Bs[BK][BN];
+    // The patch gather's index math, decomposed once instead of per loaded element: per tile row m
+    // (n, oz, oy, ox) the input offset and corner (oz*sd - pd, ...), per depth slot k (c, kz, ky, kx)
+    // the offset and dilated kernel position; an element is then x[row_off + k_off] when
+    // 0 <= corner + kernel position < extent on each axis.
+    __shared__ int64_t row_off[BM];
+    __shared__ int row_z[BM], row_y[BM], row_x[BM];
+    __shared__ int64_t k_off[BK];
+    __shared__ int k_z[BK], k_y[BK], k_x[BK];
     const int64_t cg = s.c / s.groups, ocg = s.oc / s.groups;
     const int64_t osp = s.od * s.oh * s.ow, ksp = s.kd * s.kh * s.kw, isp = s.d * s.h * s.w;
     const int64_t M = s.n * osp, K = cg * ksp;
@@ -49,22 +60,42 @@ cg_conv_kernel(const float* __restrict__ x, const float* __restrict__ wt, float*
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
+    for (int mm = tid; mm < BM; mm += THREADS) {
+        const int64_t m = m0 + mm;
+        if (m < M) {
+            const int64_t nb = m / osp, sp = m - nb * osp;
+            const int64_t oz = sp / (s.oh * s.ow), oy = (sp / s.ow) % s.oh, ox = sp % s.ow;
+            row_z[mm] = (int)(oz * s.sd - s.pd);
+            row_y[mm] = (int)(oy * s.sh - s.ph);
+            row_x[mm] = (int)(ox * s.sw - s.pw);
+            row_off[mm] = (nb * s.c + g * cg) * isp + ((int64_t)row_z[mm] * s.h + row_y[mm]) * s.w + row_x[mm];
+        } else {
+            row_z[mm] = row_y[mm] = row_x[mm] = CG_CONV_OUTSIDE;
+            row_off[mm] = 0;
+        }
+    }
+
     for (int64_t k0 = 0; k0 < K; k0 += BK) {
-        for (int idx = tid; idx < BM * BK; idx += THREADS) {
-            const int mm = idx % BM, kk = idx / BM;
-            const int64_t m = m0 + mm, k = k0 + kk;
-            float v = 0.f;
-            if (m < M && k < K) {
-                const int64_t nb = m / osp, sp = m - nb * osp;
-                const int64_t oz = sp / (s.oh * s.ow), oy = (sp / s.ow) % s.oh, ox = sp % s.ow;
+        for (int kk = tid; kk < BK; kk += THREADS) {
+            const int64_t k = k0 + kk;
+            if (k < K) {
                 const int64_t c = k / ksp, kr = k - c * ksp;
                 const int64_t kz = kr / (s.kh * s.kw), ky = (kr / s.kw) % s.kh, kx = kr % s.kw;
-                const int64_t iz = oz * s.sd - s.pd + kz * s.dd, iy = oy * s.sh - s.ph + ky * s.dh,
-                              ix = ox * s.sw - s.pw + kx * s.dw;
-                if (iz >= 0 && iz < s.d && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w)
-                    v = x[(nb * s.c + g * cg + c) * isp + (iz * s.h + iy) * s.w + ix];
+                k_z[kk] = (int)(kz * s.dd);
+                k_y[kk] = (int)(ky * s.dh);
+                k_x[kk] = (int)(kx * s.dw);
+                k_off[kk] = c * isp + ((int64_t)k_z[kk] * s.h + k_y[kk]) * s.w + k_x[kk];
+            } else {
+                k_z[kk] = k_y[kk] = k_x[kk] = CG_CONV_OUTSIDE;
+                k_off[kk] = 0;
             }
-            As[kk][mm] = v;
+        }
+        __syncthreads();
+        for (int idx = tid; idx < BM * BK; idx += THREADS) {
+            const int mm = idx % BM, kk = idx / BM;
+            const int iz = row_z[mm] + k_z[kk], iy = row_y[mm] + k_y[kk], ix = row_x[mm] + k_x[kk];
+            As[kk][mm] = (iz >= 0 && iz < s.d && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w)
+                ? x[row_off[mm] + k_off[kk]] : 0.f;
         }
         for (int idx = tid; idx < BN * BK; idx += THREADS) {
             const int kk = idx % BK, nn = idx / BK;
