@@ -268,11 +268,12 @@ def test_sweep_cut_by_the_phase_a_share_keeps_every_row():
     assert (entry["covered"], entry["judged"], entry["correct"], entry["b_judged"]) == (1, 0, 0, 0)
 
 
-# The CUDA implicit-GEMM convolution kernel (csrc/templates/conv.cuh) run on the CPU: g++ compiles the
+# The CUDA implicit-GEMM convolution and transposed-convolution kernels (csrc/templates/conv.cuh) run on the CPU: g++ compiles the
 # kernel's own text with a shim in which every CUDA thread of a block is a std::thread, __shared__ is a
 # static shared by them and __syncthreads a std::barrier; blocks run one after another. Checked against a
-# direct loop on 1D/2D/3D shapes with groups, stride, padding, dilation and partial tiles, for four tile
-# shapes (16 to 256 threads). A missing barrier or a wrong index makes it fail.
+# direct loop (the transposed one against a scatter loop) on 1D/2D/3D shapes with groups, stride, padding,
+# dilation and partial tiles, for four tile shapes (16 to 256 threads). A missing barrier or a wrong
+# index makes it fail.
 _CONV_EMULATION = r'''
 #include <barrier>
 #include <thread>
@@ -323,7 +324,44 @@ template <int BM, int BN, int BK, int TM, int TN> double run(const CgConvShape& 
     for (size_t i = 0; i < y.size(); ++i) err = std::isnan(y[i]) ? INFINITY : std::fmax(err, std::fabs(y[i] - r[i]));
     return err;
 }
+// The transposed kernel against a scatter loop: input (iz, iy, ix) and tap (kz, ky, kx) add into output
+// (i * stride - pad + k * dil) when it lies inside the output (output_padding: a larger od/oh/ow).
+template <int BLOCK> double run_transposed(const CgConvShape& s) {
+    const int64_t cg = s.c / s.groups, ocg = s.oc / s.groups, isp = s.d * s.h * s.w, osp = s.od * s.oh * s.ow;
+    const int64_t ksp = s.kd * s.kh * s.kw;
+    std::vector<float> x(s.n * s.c * isp), w(s.c * ocg * ksp), y(s.n * s.oc * osp, NAN);
+    std::vector<double> r(y.size(), 0.0);
+    unsigned state = 7;
+    for (auto* v : {&x, &w}) for (auto& e : *v) { state = state * 1664525u + 1013904223u; e = (state >> 8) / 16777216.f - .5f; }
+    for (int64_t nb = 0; nb < s.n; ++nb) for (int64_t ci = 0; ci < s.c; ++ci) for (int64_t og = 0; og < ocg; ++og)
+    for (int64_t iz = 0; iz < s.d; ++iz) for (int64_t iy = 0; iy < s.h; ++iy) for (int64_t ix = 0; ix < s.w; ++ix)
+    for (int64_t kz = 0; kz < s.kd; ++kz) for (int64_t ky = 0; ky < s.kh; ++ky) for (int64_t kx = 0; kx < s.kw; ++kx) {
+        const int64_t oz = iz * s.sd - s.pd + kz * s.dd, oy = iy * s.sh - s.ph + ky * s.dh, ox = ix * s.sw - s.pw + kx * s.dw;
+        if (oz < 0 || oz >= s.od || oy < 0 || oy >= s.oh || ox < 0 || ox >= s.ow) continue;
+        const int64_t o = ci / cg * ocg + og;
+        r[(nb * s.oc + o) * osp + (oz * s.oh + oy) * s.ow + ox] +=
+            (double)x[(nb * s.c + ci) * isp + (iz * s.h + iy) * s.w + ix] * w[(ci * ocg + og) * ksp + (kz * s.kh + ky) * s.kw + kx];
+    }
+    gridDim = {(unsigned)((y.size() + BLOCK - 1) / BLOCK), 1, 1};
+    for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+        blockIdx = {bx, 0, 0};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < BLOCK; ++t)
+            threads.emplace_back([&, t] { threadIdx.x = t; cg_conv_transpose_kernel<BLOCK, Ident>(x.data(), w.data(), y.data(), s, Ident{}); });
+        for (auto& th : threads) th.join();
+    }
+    double err = 0;
+    for (size_t i = 0; i < y.size(); ++i) err = std::isnan(y[i]) ? INFINITY : std::fmax(err, std::fabs(y[i] - r[i]));
+    return err;
+}
 int main() {
+    const CgConvShape transposed[] = {  // 2D with groups and output_padding, 3D with dilation > stride, 1D
+        {2, 4, 6, 2, 1, 5, 4, 1, 10, 12, 1, 3, 2, 1, 2, 3, 0, 1, 0, 1, 1, 2},
+        {1, 3, 2, 1, 3, 3, 2, 5, 11, 4, 3, 3, 3, 2, 2, 1, 1, 0, 1, 1, 3, 2},
+        {2, 5, 7, 1, 1, 1, 9, 1, 1, 27, 1, 1, 4, 1, 1, 3, 0, 0, 2, 1, 1, 2},
+    };
+    double worst_transposed = 0;
+    for (const auto& s : transposed) worst_transposed = std::fmax(worst_transposed, run_transposed<64>(s));
     const CgConvShape shapes[] = {  // n, c, oc, groups, d, h, w, od, oh, ow, kernel, stride, padding, dilation
         {2, 6, 10, 2, 1, 9, 7, 1, 5, 5, 1, 3, 2, 1, 2, 1, 0, 1, 0, 1, 1, 2},
         {1, 3, 4, 1, 5, 6, 4, 3, 3, 2, 3, 2, 3, 1, 2, 1, 0, 0, 0, 1, 1, 1},
@@ -333,7 +371,7 @@ int main() {
     for (const auto& s : shapes)
         for (double e : {run<32, 32, 8, 8, 8>(s), run<64, 64, 16, 4, 4>(s), run<128, 32, 32, 4, 8>(s), run<32, 128, 8, 4, 4>(s)})
             worst = std::fmax(worst, e);
-    printf("max_abs_error %.3g\n", worst);
+    printf("max_abs_error %.3g %.3g\n", worst, worst_transposed);
     return 0;
 }
 '''
@@ -346,15 +384,16 @@ def test_cuda_conv_kernel_emulated_on_cpu(tmp_path):
     if shutil.which("g++") is None:
         pytest.skip("g++ not found")
     text = (template_dir() / "conv.cuh").read_text()
-    start = text.index("#define CG_CONV_OUTSIDE")  # the kernel's sentinel, then the kernel
-    end = text.index("template <int BM, int BN, int BK, int TM, int TN, class E>\nint cg_conv(")
+    kernels = [text[text.index(first):text.index(launcher)] for first, launcher in (
+        ("#define CG_CONV_OUTSIDE", "template <int BM, int BN, int BK, int TM, int TN, class E>\nint cg_conv("),
+        ("struct CgTapAxis", "template <int BLOCK, class E>\nint cg_conv_transpose("))]
     source = tmp_path / "conv_emulation.cpp"
-    source.write_text(_CONV_EMULATION.replace("@KERNEL@", text[start:end]))
+    source.write_text(_CONV_EMULATION.replace("@KERNEL@", "\n".join(kernels)))
     binary = tmp_path / "conv_emulation"
     build = subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"-I{template_dir()}", str(source), "-o", str(binary)],
                            capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
-    error = float(run.stdout.split()[-1])
-    assert error < 1e-4, run.stdout
+    errors = [float(v) for v in run.stdout.split()[1:]]
+    assert len(errors) == 2 and max(errors) < 1e-4, run.stdout  # implicit GEMM, transposed

@@ -185,34 +185,47 @@ int cg_conv_direct(const float* x, const float* w, float* y, const CgConvShape& 
     return (int)cudaGetLastError();
 }
 
+// One axis of a transposed convolution's gather: output coordinate o receives kernel tap k from input
+// i = (o + pad - k * dil) / stride when that division is exact. `first` starts at tap 0 with one
+// division (once per output and axis); `next` moves to the following tap by subtraction, so the
+// tap loops divide nothing.
+struct CgTapAxis {
+    int q, r;  // (o + pad - k * dil) = q * stride + r, 0 <= r < stride
+    CG_FN void first(int64_t o, int64_t pad, int64_t stride) { q = (int)((o + pad) / stride); r = (int)((o + pad) % stride); }
+    CG_FN void next(int dq, int dr, int stride) { q -= dq; r -= dr; if (r < 0) { r += stride; --q; } }
+};
+
 template <int BLOCK, class E>
 __global__ void __launch_bounds__(BLOCK)
 cg_conv_transpose_kernel(const float* __restrict__ x, const float* __restrict__ wt, float* __restrict__ y, CgConvShape s, E e) {
     const int64_t cg = s.c / s.groups, ocg = s.oc / s.groups;
     const int64_t osp = s.od * s.oh * s.ow, isp = s.d * s.h * s.w, ksp = s.kd * s.kh * s.kw;
     const int64_t total = s.n * s.oc * osp;
+    // dil = dq * stride + dr per axis: the tap step of CgTapAxis::next
+    const int sd = (int)s.sd, sh = (int)s.sh, sw = (int)s.sw;
+    const int dqz = (int)(s.dd / s.sd), drz = (int)(s.dd % s.sd), dqy = (int)(s.dh / s.sh), dry = (int)(s.dh % s.sh),
+              dqx = (int)(s.dw / s.sw), drx = (int)(s.dw % s.sw);
     for (int64_t index = (int64_t)blockIdx.x * BLOCK + threadIdx.x; index < total; index += (int64_t)gridDim.x * BLOCK) {
         const int64_t sp = index % osp, o = (index / osp) % s.oc, nb = index / (osp * s.oc);
         const int64_t oz = sp / (s.oh * s.ow), oy = (sp / s.ow) % s.oh, ox = sp % s.ow;
         const int64_t g = o / ocg, og = o - g * ocg;
+        const float* xb = x + (nb * s.c + g * cg) * isp;
+        const float* wb = wt + (g * cg * ocg + og) * ksp;
         float acc = 0.f;
-        for (int64_t kz = 0; kz < s.kd; ++kz) {
-            const int64_t tz = oz + s.pd - kz * s.dd;
-            if (tz < 0 || tz % s.sd) continue;
-            const int64_t iz = tz / s.sd;
-            if (iz >= s.d) continue;
-            for (int64_t ky = 0; ky < s.kh; ++ky) {
-                const int64_t ty = oy + s.ph - ky * s.dh;
-                if (ty < 0 || ty % s.sh) continue;
-                const int64_t iy = ty / s.sh;
-                if (iy >= s.h) continue;
-                for (int64_t kx = 0; kx < s.kw; ++kx) {
-                    const int64_t tx = ox + s.pw - kx * s.dw;
-                    if (tx < 0 || tx % s.sw) continue;
-                    const int64_t ix = tx / s.sw;
-                    if (ix >= s.w) continue;
-                    const float* xp = x + (nb * s.c + g * cg) * isp + (iz * s.h + iy) * s.w + ix;
-                    const float* wp = wt + (g * cg * ocg + og) * ksp + (kz * s.kh + ky) * s.kw + kx;
+        CgTapAxis tz, ty0, tx0;
+        tz.first(oz, s.pd, s.sd);
+        ty0.first(oy, s.ph, s.sh);
+        tx0.first(ox, s.pw, s.sw);
+        for (int kz = 0; kz < s.kd; ++kz, tz.next(dqz, drz, sd)) {
+            if (tz.r != 0 || tz.q < 0 || tz.q >= s.d) continue;
+            CgTapAxis ty = ty0;
+            for (int ky = 0; ky < s.kh; ++ky, ty.next(dqy, dry, sh)) {
+                if (ty.r != 0 || ty.q < 0 || ty.q >= s.h) continue;
+                CgTapAxis tx = tx0;
+                for (int kx = 0; kx < s.kw; ++kx, tx.next(dqx, drx, sw)) {
+                    if (tx.r != 0 || tx.q < 0 || tx.q >= s.w) continue;
+                    const float* xp = xb + ((int64_t)tz.q * s.h + ty.q) * s.w + tx.q;
+                    const float* wp = wb + ((int64_t)kz * s.kh + ky) * s.kw + kx;
                     for (int64_t c = 0; c < cg; ++c) acc = fmaf(xp[c * isp], wp[c * ocg * ksp], acc);
                 }
             }
