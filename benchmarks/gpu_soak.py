@@ -11,10 +11,11 @@ used memory back where it started, and the driver's memory flat.
 
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/gpu_soak.py --n 1000 --out $OUT            # an H200 host
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/gpu_soak.py --n 400 --resume --out $OUT    # in pieces
+    python benchmarks/gpu_soak.py --resume benchmarks/results/gpu_soak_cuda_h200_<date>_partial.json --out $OUT
 
 A run cut short keeps its verdicts (the JSON is rewritten every 25 verdicts); `--resume` reads the
-file and judges only the plan's indices it does not hold yet (the plan depends on --seed and --n
-only). Writes gpu_soak_<backend>_<date>.json into --out.
+file (this run's output file, or the one named) and judges only the plan's indices it does not hold
+yet (the plan depends on --seed and --n only). Writes gpu_soak_<backend>_<date>.json into --out.
 """
 from __future__ import annotations
 
@@ -112,13 +113,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--in-flight", type=int, default=16, help="submissions queued at once")
-    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--resume", nargs="?", const="", default=None, metavar="FILE",
+                        help="keep the verdicts already in FILE (default: this run's output file) and judge the rest")
     parser.add_argument("--max-minutes", type=float, default=9.0, help="stop submitting after this long")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
     out = Path(args.out) / f"gpu_soak_{args.backend}_{dt.date.today().isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    previous = json.loads(out.read_text()) if args.resume and out.exists() else {}
+    source = Path(args.resume) if args.resume else out
+    if args.resume and not source.exists():
+        parser.error(f"--resume {source}: no such file")
+    previous = json.loads(source.read_text()) if args.resume is not None and source.exists() else {}
     rows: dict[int, dict] = {int(k): v for k, v in previous.get("verdicts", {}).items()}
 
     started = time.monotonic()
