@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cuda_gym.eval import ErrorCode, EvalConfig, Evaluator  # noqa: E402
+from cuda_gym.eval import EvalConfig, Evaluator  # noqa: E402
 from cuda_gym.tasks import get_task, load_suite, solution_path  # noqa: E402
 from tests.leaks import leaked, snapshot  # noqa: E402  (reads /proc; tags this process first)
 from tests.test_hostile import HOSTILE_DIR, NOT_FASTER, header  # noqa: E402
