@@ -36,7 +36,8 @@ should judge all 232 covered tasks in phase A (the last run judged 35 in 195 s: 
 a fresh eager baseline worker with its timing, then the candidate's full timing). Phase B has the
 rest, ~190 s: each task measures eager and torch.compile in 2 fresh workers (3 when the first two
 disagree by > 2%), each a process start, a cold torch.compile, warm-ups and ~1 s of timing per
-baseline: ~20-40 s per task, so ~5-9 tasks get speedups vs compile.
+baseline: `cuda-gym run` measured ~15 s per task for that on the H200 (docs/scaling.md,
+run_cuda_h200_cold_2026-12-02.json), so ~15-25 s per task here and ~8-12 tasks get speedups vs compile.
 """
 from __future__ import annotations
 
