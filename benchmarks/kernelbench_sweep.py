@@ -132,6 +132,7 @@ def main() -> int:
                 "baseline_worker_medians_ms": base.get("worker_medians_ms"),
                 "baseline_worker_methods": base.get("worker_methods"),
                 "flags": result.flags, "memory": result.device_memory,
+                "baseline_workers": config.baseline_workers, "timer_revision": TIMER_REVISION,
                 "message": "" if result.ok else result.message[:500],
             }
             payload["tasks"].append(row)

@@ -51,7 +51,7 @@ def agreement(label: str, profile: list | None, stats: dict | None, **context: o
             device_ratio = total_ms / detail["held_device_ms"]
             entry.update(ratio_to_held_device=round(device_ratio, 4),
                          within_10pct_of_held_device=abs(device_ratio - 1) <= 0.10,
-                         host_bound=bool(detail.get("held_issue_ms", 0) > detail["held_device_ms"]))
+                         host_bound=bool((detail.get("held_issue_ms") or 0) > detail["held_device_ms"]))
     return entry
 
 

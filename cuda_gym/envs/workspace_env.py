@@ -564,7 +564,11 @@ class WorkspaceEnv(KernelEnv):
         assert task is not None
         if self._target_backend()[0] != "cuda":
             return {}
-        baselines = self.evaluator.baselines(task, backend="cuda", config=self.config)
+        try:
+            baselines = self.evaluator.baselines(task, backend="cuda", config=self.config)
+        except Exception as exc:  # noqa: BLE001 - a profile without reference tables, never a crashed step
+            why = f"the baselines could not be measured: {type(exc).__name__}: {exc}"[:400]
+            return {name: {"kernel_profile": None, "stats": None, "why": why} for name in ("eager", "compile")}
         out = {}
         for name in ("eager", "compile"):
             stats, table = baselines.get(name), baselines.get("profiles", {}).get(name)

@@ -17,9 +17,22 @@ def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch
     """`timer`: "held" or "open" (timing.py), as the evaluator's workers time."""
     timing = (config.precision, config.warmup_reps, config.timing_reps, config.timing_min_reps,
               config.timing_budget_s, config.l2_flush, config.timing_input_sets, config.cpu_threads,
-              config.baseline_workers, TIMER_REVISION, timer, config.timing_warmup_s, config.baseline_agreement)
+              config.baseline_workers, TIMER_REVISION, timer, config.timing_warmup_s,
+              config.baseline_agreement if config.baseline_workers == 3 else None)  # the stop needs three
     digest = hashlib.sha256(json.dumps([source_hash, sizes, timing], sort_keys=True).encode()).hexdigest()[:16]
     return f"{task_id}|{device}|torch {torch_version}|{config.precision}|{digest}"
+
+
+def merge_entries(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A re-measured entry over an old one. 'profiles' and 'errors' are kept per baseline name for
+    the names `new` did not measure (an entry measured for compile only keeps eager's profile)
+    and replaced for those it did (a new measurement clears an old error)."""
+    merged = {**old, **new}
+    measured = {name for name in ("eager", "compile") if name in new}
+    for nested in ("profiles", "errors"):
+        if isinstance(old.get(nested), dict) and isinstance(new.get(nested), dict):
+            merged[nested] = {**{k: v for k, v in old[nested].items() if k not in measured}, **new[nested]}
+    return merged
 
 
 class BaselineCache:
@@ -46,7 +59,7 @@ class BaselineCache:
                 return entry
             entry = compute()
             with self._lock:
-                merged = {**self._entries.get(key, {}), **entry}
+                merged = merge_entries(self._entries.get(key, {}), entry)
                 self._entries[key] = merged
                 self._save()
             return merged

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..tasks.task import Task
-from .baselines import BaselineCache
+from .baselines import BaselineCache, merge_entries
 from .config import EvalConfig
 from .result import ErrorCode, EvalResult
 
@@ -121,7 +121,7 @@ class _BaselineStore:
         return "yours", None
 
     def publish(self, key: str, entry: dict[str, Any], owner: str, measured: bool) -> None:
-        self.entries[key] = {**self.entries.get(key, {}), **entry}
+        self.entries[key] = merge_entries(self.entries.get(key, {}), entry)
         if self.claims.get(key, ("",))[0] == owner:
             del self.claims[key]
         self.measured[key] += int(measured)

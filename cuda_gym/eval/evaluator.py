@@ -49,7 +49,7 @@ def _workers_agree(samples: dict[str, list[dict[str, Any]]], config: EvalConfig)
         if len(times) != 2:
             return False
         low, high = sorted(stats["median_ms"] for stats in times)
-        if not low > 0 or high / low - 1 > config.baseline_agreement:
+        if not (low > 0 and high / low - 1 <= config.baseline_agreement):  # NaN never agrees
             return False
     return True
 
@@ -359,8 +359,11 @@ class Evaluator:
         key = baseline_key(task.id, task.source_hash, task.sizes_for(backend), device, self.torch_version, config, timer)
 
         def measure_once() -> tuple[dict[str, Any], str]:
-            """One baseline job in a fresh worker: (its 'baseline' message, or {} and an error)."""
+            """One baseline job in a fresh worker: (its 'baseline' message with the worker's
+            'profiles' and 'profile_errors' added, or {} and an error). Times sent before the
+            worker failed in its profiled forwards are kept."""
             outcome: dict[str, Any] = {}
+            failure = ""
             with self._device_slot:
                 self._pool.settle()  # no spare warms up while the baselines are timed
                 worker = self._pool.acquire(self._spec("baseline", backend, config, self._base_env(backend)),
@@ -369,15 +372,21 @@ class Evaluator:
                     run_job(worker, self._job(task, backend, config, env=self._base_env(backend)),
                             config.baseline_timeout_s, lambda m: outcome.setdefault(m.kind, m.meta) is not None)
                 except WorkerTimeout:
-                    return {}, f"timed out after {config.baseline_timeout_s:g} s"
+                    failure = f"timed out after {config.baseline_timeout_s:g} s"
                 except WorkerDied as exc:
-                    return {}, f"{exc}\n{worker.log_tail(2000)}"
+                    failure = f"{exc}\n{worker.log_tail(2000)}"
                 finally:
                     worker.kill()
                     self._pool.replenish()
-            if "baseline" in outcome:
-                return outcome["baseline"], ""
-            return {}, str(outcome.get("error", {}).get("message") or "the baseline worker sent no result")
+            if "baseline" not in outcome:
+                return {}, failure or str(outcome.get("error", {}).get("message")
+                                          or "the baseline worker sent no result")
+            profiles = outcome.get("baseline_profiles") or {}
+            errors = dict(profiles.get("errors") or {})
+            if failure:  # after the times: in the profiled forwards
+                errors = {name: f"the worker failed in the profiled forward: {failure[:300]}"
+                          for name in config.baselines} | errors
+            return {**outcome["baseline"], "profiles": profiles.get("profiles") or {}, "profile_errors": errors}, ""
 
         def compute() -> dict[str, Any]:
             # Each baseline is timed in `baseline_workers` fresh workers and the median worker's
@@ -403,8 +412,9 @@ class Evaluator:
                 for name in config.baselines:
                     if measured.get(name):
                         samples[name].append(measured[name])
-                        profiles[name].append((measured.get("profiles") or {}).get(name)
-                                              or (measured.get("profile_errors") or {}).get(name))
+                        table = measured["profiles"].get(name)
+                        profiles[name].append(table if table is not None else measured["profile_errors"].get(
+                            name, "the baseline worker sent no profile"))
                 if "compile_warmup_s" in measured:
                     entry.setdefault("compile_warmup_s", []).append(measured["compile_warmup_s"])
                 peak = (measured.get("memory") or {}).get("peak_gib")
@@ -418,7 +428,8 @@ class Evaluator:
                 entry[name] = samples[name][kept] if kept is not None else None
                 if backend == "cuda" and kept is not None:
                     # The kept worker's profiled forward: a list of kernels, or why it failed (a string).
-                    entry["profiles"][name] = profiles[name][kept] or "the baseline worker sent no profile"
+                    entry["profiles"][name] = profiles[name][kept] if profiles[name][kept] != [] else (
+                        "no CUDA kernel ran in the profiled forward")
                 entry[f"{name}_worker_medians_ms"] = [stats["median_ms"] for stats in samples[name]]
                 entry[f"{name}_worker_methods"] = [stats.get("method") for stats in samples[name]]
                 if not samples[name]:

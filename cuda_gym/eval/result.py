@@ -79,7 +79,7 @@ class EvalResult:
     max_rel_error: float | None = None
     rel_norm_error: float | None = None
     candidate_time: TimingStats | None = None
-    eager_time: TimingStats | None = None  # cached baseline: the median of config.baseline_workers workers
+    eager_time: TimingStats | None = None  # cached baseline: the median worker of up to config.baseline_workers
     compile_time: TimingStats | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
@@ -104,7 +104,8 @@ class EvalResult:
 
     def baseline_ms(self) -> dict[str, float | None]:
         """The baseline medians the speedups compare with: eager and torch.compile as cached, each
-        the median of `config.baseline_workers` fresh workers."""
+        the median worker of up to `config.baseline_workers` fresh workers (the lower of two when
+        the first two agreed within `config.baseline_agreement`)."""
         return {"eager": self.eager_time.median_ms if self.eager_time else None,
                 "compile": self.compile_time.median_ms if self.compile_time else None}
 

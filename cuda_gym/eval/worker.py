@@ -548,18 +548,20 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
         result["compile"] = _stats_meta(stats)
     if device == "cuda":
         result["memory"]["peak_gib"] = round(torch.cuda.max_memory_reserved() / memory.GIB, 3)
+    channel.send("baseline", result)  # the times first: a profiler that fails or hangs loses nothing
+    if device == "cuda":
         # After both timings (the profiler slows later launches): one profiled forward of each, here
         # where torch.compile's code really runs (a compiled reference judged as a candidate runs
         # eagerly under the op recorder's dispatch mode: docs/evaluation-policy.md).
-        result["profiles"] = {}
+        profiles, errors = {}, {}
         for name, timed in (("eager", model if "eager" in config["baselines"] else None), ("compile", compiled)):
             if timed is None:
                 continue
             try:
-                result["profiles"][name] = _profile_forward(timed, setup)
+                profiles[name] = _profile_forward(timed, setup)
             except Exception as exc:  # noqa: BLE001 - the times stand without a profile
-                result.setdefault("profile_errors", {})[name] = f"{type(exc).__name__}: {exc}"[:500]
-    channel.send("baseline", result)
+                errors[name] = f"the profiled forward raised {type(exc).__name__}: {exc}"[:500]
+        channel.send("baseline_profiles", {"profiles": profiles, "errors": errors})
 
 
 def _profile_forward(model: Any, setup: _TaskSetup) -> list[dict[str, Any]]:
