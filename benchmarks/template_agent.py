@@ -3,7 +3,7 @@
     CUDA_GYM_KERNELBENCH=.kb timeout 590 python3 benchmarks/template_agent.py --time-budget 480 --out $OUT
 
 Phase A (correctness): every task the templates cover gets its default configuration, judged with the
-check judge (`check_config`: the full correctness trials, no baselines, one timed call, no warm-up;
+check judge (`EvalConfig.for_check()`: the full correctness trials, no baselines, one timed call, no warm-up;
 the same settings as `KernelEnv`'s `check` command). No baseline worker starts, so a verdict costs
 one warm eval worker on the device. All candidates are queued at once, in an order that alternates
 suites and levels (so a cut run still covers each), and the build workers overlap the device.
@@ -57,12 +57,6 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def check_config(config):
-    """The check judge for `config`: full correctness trials, no baselines, one timed call and no
-    warm-up (the settings of `KernelEnv.check_config`)."""
-    return config.replace(baselines=(), warmup_reps=0, timing_reps=1, timing_min_reps=1, timing_input_sets=1)
 
 
 def _geomean(values):
@@ -186,7 +180,7 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
     deadline = started + time_budget_s
     phase_a_end = started + phase_a_share * time_budget_s
     judge_config = judge_config or EvalConfig()
-    config_a = check_config(judge_config)
+    config_a = judge_config.for_check()
     write = write or (lambda phase, rows: None)
     by_id = {t.id: t for t in tasks}
 
@@ -309,7 +303,7 @@ def main() -> int:
     meta = {"date": dt.datetime.now().isoformat(timespec="seconds"), "backend": args.backend,
             "time_budget_s": args.time_budget, "phase_a_share": args.phase_a_share, "host": platform.node(),
             "python": platform.python_version(),
-            "phase_a_config": dataclasses.asdict(check_config(judge)),
+            "phase_a_config": dataclasses.asdict(judge.for_check()),
             "phase_b_config": dataclasses.asdict(judge)}
 
     def write(phase: str, rows: dict) -> None:

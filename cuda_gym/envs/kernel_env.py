@@ -112,8 +112,7 @@ class KernelEnv(gym.Env):
         overrides = {k: v for k, v in (("precision", precision), ("policy", policy)) if v is not None}
         self.config: EvalConfig = base.replace(**overrides) if overrides else base
         # check: full correctness, no baselines, a single timed call without warm-up.
-        self.check_config = self.config.replace(baselines=(), warmup_reps=0, timing_reps=1, timing_min_reps=1,
-                                                timing_input_sets=1)
+        self.check_config = self.config.for_check()
         # compile: the evaluator has no build-only mode; the cheapest evaluation (2 draws) stands in.
         self.compile_config = self.check_config.replace(correctness_trials=2)
 

@@ -74,6 +74,11 @@ class EvalConfig:
     def replace(self, **changes) -> "EvalConfig":
         return dataclasses.replace(self, **changes)
 
+    def for_check(self) -> "EvalConfig":
+        """The check judge's settings (the environments' `check` command): full correctness
+        trials, no baselines, one timed call without warm-up; so no speedups."""
+        return self.replace(baselines=(), warmup_reps=0, timing_reps=1, timing_min_reps=1, timing_input_sets=1)
+
     @property
     def rel_norm_tolerance(self) -> float:
         """Max ||out - ref|| / ||ref||. fp32 kernels land near 1e-6; TF32 near 3e-4."""
