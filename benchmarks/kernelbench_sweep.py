@@ -70,6 +70,9 @@ def main() -> int:
     parser.add_argument("--no-compile-baseline", action="store_true")
     parser.add_argument("--baseline-workers", type=int, default=None,
                         help="fresh workers per baseline (default: EvalConfig's, 3 with the 2%% agreement stop)")
+    parser.add_argument("--reference-in-worker", action="store_true",
+                        help="also time the reference in each candidate's worker before it loads (a diagnostic: "
+                             "EvalConfig.reference_time_in_worker; rows get reference_in_worker_ms)")
     parser.add_argument("--max-minutes", type=float, default=None, help="stop between tasks after this long")
     parser.add_argument("--out", required=True, help="result JSON (resumed when it exists)")
     args = parser.parse_args()
@@ -100,6 +103,8 @@ def main() -> int:
     config = EvalConfig(policy=args.policy, baselines=baselines)
     if args.baseline_workers is not None:
         config = config.replace(baseline_workers=args.baseline_workers)
+    if args.reference_in_worker:
+        config = config.replace(reference_time_in_worker=True)
     payload.update({"date": dt.date.today().isoformat(), "backend": args.backend, "policy": args.policy,
                     "candidates": str(folder) if folder else "identity", "baselines": list(baselines),
                     "baseline_workers": config.baseline_workers, "baseline_agreement": config.baseline_agreement,
@@ -128,6 +133,10 @@ def main() -> int:
                 "compile_ms": result.compile_time.median_ms if result.compile_time else None,
                 "candidate_detail": result.candidate_time.detail if result.candidate_time else None,
                 "eager_method": result.eager_time.method if result.eager_time else None,
+                "reference_in_worker_ms": (result.reference_time_in_worker.median_ms
+                                           if result.reference_time_in_worker else None),
+                "reference_in_worker_method": (result.reference_time_in_worker.method
+                                               if result.reference_time_in_worker else None),
                 "eager_detail": result.eager_time.detail if result.eager_time else None,
                 "baseline_worker_medians_ms": base.get("worker_medians_ms"),
                 "baseline_worker_methods": base.get("worker_methods"),

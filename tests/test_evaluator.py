@@ -182,6 +182,22 @@ def test_a_re_measured_baseline_entry_keeps_and_replaces_per_name():
     assert merged["errors"] == {}  # compile measured again: its old error is gone
 
 
+def test_the_reference_can_be_timed_in_the_candidates_worker_as_a_diagnostic(cpu_evaluator):
+    # EvalConfig.reference_time_in_worker: the reference is timed before the candidate loads; the
+    # verdict and the speedups (cached baselines) are what they are without it.
+    task = get_task(GELU_TASK)
+    config = cpu_evaluator.config.replace(reference_time_in_worker=True, policy="permissive")
+    result = cpu_evaluator.evaluate(task, task.source + "\n\nclass ModelNew(Model):\n    pass\n", config=config)
+    assert result.ok, result.message
+    stages = list(result.stage_seconds)
+    assert stages.index("reference_timing") < stages.index("loaded")
+    assert result.reference_time_in_worker.median_ms > 0 and result.reference_time_in_worker.reps >= 3
+    assert result.speedup_vs_eager == pytest.approx(result.eager_time.median_ms / result.candidate_time.median_ms)
+    assert EvalResult.from_dict(result.to_dict()).reference_time_in_worker == result.reference_time_in_worker
+    plain = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text())
+    assert plain.ok and plain.reference_time_in_worker is None and "reference_timing" not in plain.stage_seconds
+
+
 def test_speedup_is_the_cached_eager_baseline_over_the_candidates_time(cpu_evaluator):
     task = get_task(GELU_TASK)
     result = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text())

@@ -36,6 +36,11 @@ class EvalConfig:
     # its set-up came out slower than one timed later (benchmarks/results/process_spread_*.json).
     timing_warmup_s: float = 0.3
     l2_flush: bool = True
+    # A diagnostic, off by default: the eval worker also times the reference (a fresh instance, the
+    # candidate's timed inputs and audits) after arming the tamper check and before the candidate
+    # loads, into EvalResult.reference_time_in_worker. Speedups never use it. It measures how well a
+    # comparison inside one process would cancel the host-speed noise between processes.
+    reference_time_in_worker: bool = False
     precision: str = "fp32"
     policy: str = "strict"
     baselines: tuple[str, ...] = ("eager", "compile")

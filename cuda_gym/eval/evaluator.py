@@ -351,7 +351,8 @@ class Evaluator:
                     "timing_min_reps": config.timing_min_reps, "timing_budget_s": config.timing_budget_s,
                     "timing_warmup_s": config.timing_warmup_s,
                     "l2_flush": config.l2_flush, "precision": config.precision, "policy": config.policy,
-                    "baselines": list(config.baselines), "device_memory_gb": config.device_memory_gb}, **extra}
+                    "baselines": list(config.baselines), "device_memory_gb": config.device_memory_gb,
+                    "reference_time_in_worker": config.reference_time_in_worker}, **extra}
 
     def _baseline_entry(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
         device = self.device_name if backend == "cuda" else f"cpu x{config.cpu_threads or os.cpu_count()}"
@@ -513,6 +514,9 @@ class _Judgement:
             return self.verdict(code, str(meta.get("message", "")))
         if message.kind == "reference":
             return self._on_reference(message)
+        if message.kind == "reference_timing":  # the diagnostic of EvalConfig.reference_time_in_worker
+            self.result.reference_time_in_worker = TimingStats(**meta["stats"])
+            return True
         if message.kind == "loaded":
             self.stage = "timing"
             return True

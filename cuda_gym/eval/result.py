@@ -7,7 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-RESULT_SCHEMA_VERSION = 3  # 2: eager_time_in_worker removed, TimingStats.detail added; 3: device_memory
+RESULT_SCHEMA_VERSION = 4  # 2: eager_time_in_worker removed, TimingStats.detail added; 3: device_memory;
+# 4: reference_time_in_worker (a diagnostic)
 
 
 class ErrorCode(str, enum.Enum):
@@ -81,6 +82,9 @@ class EvalResult:
     candidate_time: TimingStats | None = None
     eager_time: TimingStats | None = None  # cached baseline: the median worker of up to config.baseline_workers
     compile_time: TimingStats | None = None
+    # With EvalConfig.reference_time_in_worker: the reference timed in this candidate's worker before
+    # the candidate loaded (a diagnostic; speedups use the cached baselines only).
+    reference_time_in_worker: TimingStats | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     flags: list[str] = field(default_factory=list)  # suspicions and warnings, machine-readable
@@ -131,7 +135,7 @@ class EvalResult:
             )
         data["error_code"] = ErrorCode(data["error_code"])
         data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
-        for key in ("candidate_time", "eager_time", "compile_time"):
+        for key in ("candidate_time", "eager_time", "compile_time", "reference_time_in_worker"):
             if data.get(key) is not None:
                 data[key] = TimingStats(**data[key])
         return cls(**data)

@@ -644,6 +644,9 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         torch._dynamo.mutation_guard.install_generation_tagging_init()
     guard.count_native_calls()
     tamper = guard.TamperCheck(device, policy)  # last thing before candidate code: arms the tripwire
+    if config.get("reference_time_in_worker"):
+        if not _time_reference_here(channel, job, setup, device, config, variants, probe):
+            return
     started = _perf_counter()
     try:
         module = _load_candidate(job["candidate_source"])
@@ -748,6 +751,29 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         channel.send("memory", {"peak_gib": round(torch.cuda.max_memory_reserved() / memory.GIB, 3)})
     if device == "cuda":
         _send_kernels(channel, model, setup, policy, tamper)
+
+
+def _time_reference_here(channel: _Channel, job: dict, setup: _TaskSetup, device: str, config: dict,
+                         variants: list, probe: _Probe) -> bool:
+    """EvalConfig.reference_time_in_worker: a fresh instance of the reference, given its weights,
+    timed on the candidate's timed inputs with the candidate's audits, before any candidate code
+    exists in this process (so the candidate cannot touch it); its outputs scrubbed afterwards."""
+    try:
+        torch.manual_seed(job["seed"])
+        with torch.device(device):
+            reference = setup.namespace["Model"](*setup.init_inputs)
+        reference.load_state_dict(setup.model.state_dict())
+        reference = reference.to(device).eval()
+        stats, _, _ = _time_model(reference, setup, device, config, variants, probe, _Audit("permissive"))
+        del reference
+    except BaseException as exc:  # noqa: BLE001
+        message = (memory.out_of_memory_message(device, setup.plan, "the reference") if _is_oom(exc)
+                   else f"the reference failed: {type(exc).__name__}: {exc}")
+        _error(channel, "TASK_ERROR", message, traceback=traceback.format_exc(limit=8))
+        return False
+    memory.scrub_freed(device, setup.output_nbytes)
+    channel.send("reference_timing", {"stats": _stats_meta(stats)})
+    return True
 
 
 def _send_kernels(channel: _Channel, model: Any, setup: _TaskSetup, policy: str, tamper: Any) -> None:
