@@ -413,9 +413,12 @@ class Evaluator:
                 for name in config.baselines:
                     if measured.get(name):
                         samples[name].append(measured[name])
-                        table = measured["profiles"].get(name)
-                        profiles[name].append(table if table is not None else measured["profile_errors"].get(
-                            name, "the baseline worker sent no profile"))
+                        table = measured["profiles"].get(name)  # the kernels, or why there are none
+                        if table is None:
+                            table = measured["profile_errors"].get(name, "the baseline worker sent no profile")
+                        elif not table:
+                            table = "no CUDA kernel ran in the profiled forward"
+                        profiles[name].append(table)
                 if "compile_warmup_s" in measured:
                     entry.setdefault("compile_warmup_s", []).append(measured["compile_warmup_s"])
                 peak = (measured.get("memory") or {}).get("peak_gib")
@@ -428,9 +431,7 @@ class Evaluator:
                 kept = order[(len(order) - 1) // 2] if order else None  # the median worker (lower of two)
                 entry[name] = samples[name][kept] if kept is not None else None
                 if backend == "cuda" and kept is not None:
-                    # The kept worker's profiled forward: a list of kernels, or why it failed (a string).
-                    entry["profiles"][name] = profiles[name][kept] if profiles[name][kept] != [] else (
-                        "no CUDA kernel ran in the profiled forward")
+                    entry["profiles"][name] = profiles[name][kept]  # the kept worker's profiled forward
                 entry[f"{name}_worker_medians_ms"] = [stats["median_ms"] for stats in samples[name]]
                 entry[f"{name}_worker_methods"] = [stats.get("method") for stats in samples[name]]
                 if not samples[name]:

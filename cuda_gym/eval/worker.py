@@ -493,6 +493,24 @@ def _run_build(channel: _Channel, job: dict) -> None:
     channel.send("built", {"seconds": _perf_counter() - started, "inline_build_forms": fastbuild.BUILD_FORMS})
 
 
+def _reference_failed(channel: _Channel, exc: BaseException, device: str, plan: Any) -> None:
+    """TASK_ERROR for an exception the reference (trusted task code) raised: out of memory, with
+    the numbers, or what it raised."""
+    message = (memory.out_of_memory_message(device, plan, "the reference") if _is_oom(exc)
+               else f"the reference failed: {type(exc).__name__}: {exc}")
+    _error(channel, "TASK_ERROR", message, traceback=traceback.format_exc(limit=8))
+
+
+def _fresh_reference(setup: _TaskSetup, job: dict, device: str) -> Any:
+    """A new instance of the reference, given the setup model's weights: what a candidate's
+    `ModelNew` is made as (the same seed, device and weights)."""
+    torch.manual_seed(job["seed"])
+    with torch.device(device):
+        model = setup.namespace["Model"](*setup.init_inputs)
+    model.load_state_dict(setup.model.state_dict())
+    return model.to(device).eval()
+
+
 def _setup_or_error(channel: _Channel, job: dict, device: str) -> _TaskSetup | None:
     """The task's setup, or None after sending TASK_ERROR: the reference failed or does not fit."""
     try:
@@ -500,9 +518,7 @@ def _setup_or_error(channel: _Channel, job: dict, device: str) -> _TaskSetup | N
     except memory.NotEnoughMemory as exc:
         _error(channel, "TASK_ERROR", f"the task does not fit this device: {exc}")
     except BaseException as exc:  # noqa: BLE001
-        message = (memory.out_of_memory_message(device, None, "the reference") if _is_oom(exc)
-                   else f"the reference failed: {type(exc).__name__}: {exc}")
-        _error(channel, "TASK_ERROR", message, traceback=traceback.format_exc(limit=8))
+        _reference_failed(channel, exc, device, None)
     return None
 
 
@@ -523,11 +539,7 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
     probe = _Probe(secrets.randbits(62))
     variants, _ = _reference_checksums(setup, config, probe)
     memory.scrub_freed(device, setup.output_nbytes)
-    torch.manual_seed(job["seed"])
-    with torch.device(device):
-        model = setup.namespace["Model"](*setup.init_inputs)
-    model.load_state_dict(setup.model.state_dict())
-    model = model.to(device).eval()
+    model = _fresh_reference(setup, job, device)
     result: dict[str, Any] = {"memory": setup.plan.to_meta()}
     compiled = None
     if "compile" in config["baselines"]:
@@ -566,12 +578,19 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
 
 def _profile_forward(model: Any, setup: _TaskSetup) -> list[dict[str, Any]]:
     """One forward of trusted code (a baseline) under the CUDA profiler: `_kernel_profile`'s table."""
+    return _kernel_profile(_profiled_device_events(model, setup, contextlib.nullcontext()))
+
+
+def _profiled_device_events(model: Any, setup: _TaskSetup, around: Any) -> list[Any]:
+    """The device events of one forward on input set 0 under the CUDA profiler, inside `around`
+    (a context manager: the candidate's op-recorder audit, or nothing for trusted code)."""
     inputs = [_clone(v) for v in setup.timing_sets[0]]
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profiler:
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+    with profiler, around:
         with torch.no_grad():
             model(*inputs)
         _sync("cuda")
-    return _kernel_profile([e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA])
+    return [e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
 def _stream_sample(output: Any, seed: int) -> list[torch.Tensor]:
@@ -622,9 +641,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         probe = _Probe(secrets.randbits(62))
         variants, timing_checksums = _reference_checksums(setup, config, probe)
     except BaseException as exc:  # noqa: BLE001
-        message = (memory.out_of_memory_message(device, plan, "the reference") if _is_oom(exc)
-                   else f"the reference failed: {type(exc).__name__}: {exc}")
-        _error(channel, "TASK_ERROR", message, traceback=traceback.format_exc(limit=8))
+        _reference_failed(channel, exc, device, plan)
         return
     parts["checksums"] = _perf_counter() - started - sum(parts.values())
     memory.scrub_freed(device, setup.output_nbytes)  # no freed reference output reaches the candidate
@@ -759,17 +776,11 @@ def _time_reference_here(channel: _Channel, job: dict, setup: _TaskSetup, device
     timed on the candidate's timed inputs with the candidate's audits, before any candidate code
     exists in this process (so the candidate cannot touch it); its outputs scrubbed afterwards."""
     try:
-        torch.manual_seed(job["seed"])
-        with torch.device(device):
-            reference = setup.namespace["Model"](*setup.init_inputs)
-        reference.load_state_dict(setup.model.state_dict())
-        reference = reference.to(device).eval()
+        reference = _fresh_reference(setup, job, device)
         stats, _, _ = _time_model(reference, setup, device, config, variants, probe, _Audit("permissive"))
         del reference
     except BaseException as exc:  # noqa: BLE001
-        message = (memory.out_of_memory_message(device, setup.plan, "the reference") if _is_oom(exc)
-                   else f"the reference failed: {type(exc).__name__}: {exc}")
-        _error(channel, "TASK_ERROR", message, traceback=traceback.format_exc(limit=8))
+        _reference_failed(channel, exc, device, setup.plan)
         return False
     memory.scrub_freed(device, setup.output_nbytes)
     channel.send("reference_timing", {"stats": _stats_meta(stats)})
@@ -780,15 +791,9 @@ def _send_kernels(channel: _Channel, model: Any, setup: _TaskSetup, policy: str,
     """The GPU kernels one more forward runs, seen by the CUDA profiler. Only after the timing:
     once the profiler (CUPTI) has run in a process, kernel launches cost more host time there, and
     the baselines are timed in workers where it never ran."""
-    inputs = [_clone(v) for v in setup.timing_sets[0]]
     audit = _Audit(policy)
-    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
     try:
-        with profiler, audit():
-            with torch.no_grad():
-                model(*inputs)
-            _sync("cuda")
-        device_events = [e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        device_events = _profiled_device_events(model, setup, audit())
     except BaseException as exc:  # noqa: BLE001
         code, message = _failure(exc, tamper, "cuda", setup.plan, "the profiled forward")
         _error(channel, code, message, traceback=traceback.format_exc(limit=8))
