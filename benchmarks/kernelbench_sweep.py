@@ -129,6 +129,7 @@ def main() -> int:
                 "peak_device_gib": max(peaks) if peaks else None, "seconds": round(time.monotonic() - task_started, 2),
                 "candidate_ms": result.candidate_time.median_ms if result.candidate_time else None,
                 "candidate_method": result.candidate_time.method if result.candidate_time else None,
+                "candidate_worker_medians_ms": result.candidate_worker_medians_ms,  # [] unless confirmed
                 "eager_ms": result.eager_time.median_ms if result.eager_time else None,
                 "compile_ms": result.compile_time.median_ms if result.compile_time else None,
                 "candidate_detail": result.candidate_time.detail if result.candidate_time else None,

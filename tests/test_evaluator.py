@@ -11,7 +11,7 @@ import pytest
 from cuda_gym.eval import ErrorCode, EvalConfig, EvalResult, Evaluator, TimingStats, milestone_reward
 from cuda_gym.eval import evaluator as evaluator_module
 from cuda_gym.eval.baselines import merge_entries
-from cuda_gym.eval.evaluator import _workers_agree
+from cuda_gym.eval.evaluator import _claims_milestone, _workers_agree
 from cuda_gym.tasks import get_task, load_suite, solution_path
 
 from .conftest import TEST_CONFIG
@@ -262,3 +262,82 @@ def test_a_permissive_candidate_may_use_torch_compile(cpu_evaluator):
     config = EvalConfig(policy="permissive", baselines=(), eval_timeout_s=300.0, seed=13)
     result = cpu_evaluator.evaluate(task, source, config=config)
     assert result.ok, (result.error_code, result.message)
+
+
+def _timed(ms, method="wall"):
+    return TimingStats(median_ms=ms, min_ms=ms, max_ms=ms, iqr_ms=0.0, reps=10, method=method)
+
+
+def test_only_a_claimed_milestone_is_confirmed():
+    def result(eager, compile_=None):
+        return EvalResult(task_id="t", backend="cuda", error_code=ErrorCode.OK, correct=True,
+                          candidate_time=_timed(1.0), speedup_vs_eager=eager, speedup_vs_compile=compile_)
+
+    assert _claims_milestone(result(1.06))
+    assert _claims_milestone(result(0.9, 1.06))
+    assert not _claims_milestone(result(1.04, 1.05))  # no milestone at stake
+    assert not _claims_milestone(result(None))
+
+
+def _confirm_with(second_verdict):
+    """Evaluator._confirm with the second worker's verdict given: (result, what the judge was called with)."""
+    calls = []
+
+    def judge(task, candidate, backend, config, env, result):
+        calls.append(result)
+        second_verdict(result)
+
+    evaluator = type("FakeEvaluator", (), {"_judge": staticmethod(judge), "_set_speedups": staticmethod(Evaluator._set_speedups)})()
+    before = EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.INTERNAL_ERROR, eager_time=_timed(2.0),
+                        compiled=True)
+    first = EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.OK, correct=True, eager_time=_timed(2.0),
+                       compiled=True, candidate_time=_timed(1.0), eval_seconds=1.5)
+    Evaluator._set_speedups(first, EvalConfig(baselines=("eager",)))
+    Evaluator._confirm(evaluator, None, None, "cpu", EvalConfig(baselines=("eager",)), {}, first, before)
+    return first, calls
+
+
+def test_the_slower_of_two_workers_stands_when_a_milestone_is_confirmed():
+    def slower(result):
+        result.error_code, result.correct, result.candidate_time, result.eval_seconds = ErrorCode.OK, True, _timed(1.8), 2.0
+
+    result, calls = _confirm_with(slower)
+    assert len(calls) == 1 and result.ok
+    assert result.candidate_worker_medians_ms == [1.0, 1.8]
+    assert result.candidate_time.median_ms == 1.8 and result.speedup_vs_eager == pytest.approx(2.0 / 1.8)
+    assert milestone_reward(result) == 2.0 and result.eval_seconds == pytest.approx(3.5)
+
+    def faster(result):
+        result.error_code, result.correct, result.candidate_time, result.eval_seconds = ErrorCode.OK, True, _timed(0.5), 2.0
+
+    result, _ = _confirm_with(faster)  # a luckier second process gains nothing either
+    assert result.candidate_time.median_ms == 1.0 and result.speedup_vs_eager == pytest.approx(2.0)
+    assert result.candidate_worker_medians_ms == [1.0, 0.5]
+
+
+def test_a_candidate_that_fails_in_the_confirmation_worker_gets_that_verdict():
+    def wrong(result):
+        result.error_code, result.correct, result.message = ErrorCode.INCORRECT, False, "trial 2: relative error 0.3"
+
+    result, _ = _confirm_with(wrong)
+    assert result.error_code is ErrorCode.INCORRECT and not result.correct
+    assert milestone_reward(result) == -1.0
+    assert result.message.startswith("correct in a first worker (1 ms, x2.00 vs eager), then in the confirmation worker:")
+    assert result.message.endswith("trial 2: relative error 0.3")
+    assert result.compiled and result.eager_time.median_ms == 2.0  # what the build and baselines gave stays
+
+
+def test_a_confirmed_milestone_runs_a_second_fresh_worker(cpu_evaluator, monkeypatch):
+    # End to end: the claim is forced (whether a CPU identity comes out 5% fast is chance).
+    monkeypatch.setattr(evaluator_module, "_claims_milestone", lambda result: True)
+    task = get_task(GELU_TASK)
+    config = cpu_evaluator.config.replace(confirm_faster=True, policy="permissive")
+    result = cpu_evaluator.evaluate(task, task.source + "\n\nclass ModelNew(Model):\n    pass\n", config=config)
+    assert result.ok, result.message
+    medians = result.candidate_worker_medians_ms
+    assert len(medians) == 2 and all(m > 0 for m in medians)
+    assert result.candidate_time.median_ms == max(medians)
+    assert result.speedup_vs_eager == pytest.approx(result.eager_time.median_ms / max(medians))
+    assert EvalResult.from_dict(result.to_dict()).candidate_worker_medians_ms == medians
+    plain = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text())  # TEST_CONFIG: off
+    assert plain.ok and plain.candidate_worker_medians_ms == []

@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-RESULT_SCHEMA_VERSION = 4  # 2: eager_time_in_worker removed, TimingStats.detail added; 3: device_memory;
-# 4: reference_time_in_worker (a diagnostic)
+RESULT_SCHEMA_VERSION = 5  # 2: eager_time_in_worker removed, TimingStats.detail added; 3: device_memory;
+# 4: reference_time_in_worker (a diagnostic); 5: candidate_worker_medians_ms (the confirmation run)
 
 
 class ErrorCode(str, enum.Enum):
@@ -87,6 +87,9 @@ class EvalResult:
     reference_time_in_worker: TimingStats | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
+    # With EvalConfig.confirm_faster: each fresh eval worker's candidate median when the first claimed a
+    # milestone (> 5% faster than a baseline) and a second judged the candidate again; the slower stands.
+    candidate_worker_medians_ms: list[float] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)  # suspicions and warnings, machine-readable
     forbidden_ops: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)  # device kernels the forward launched (cuda)
