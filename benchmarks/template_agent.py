@@ -23,7 +23,9 @@ verdict (phase A times one call against no baseline, so it reports `a_check_ms`,
     vs torch.compile and candidate median; and per suite and level: tasks, covered, judged, correct,
     phase B's count and geomeans vs eager and vs compile over the same tasks.
 
-Expected throughput on the H200 (on paper, from measured parts; not yet run): planning took 11 s for
+Measured on the H200 (session 8, template_agent_cuda_h200_2026-12-02.json): phase A judged all 232
+covered tasks in 364 s (1.57 s per verdict), phase B took ~20 s per task, so 4 tasks got speedups in a
+480 s budget. The estimate that planned it, from measured parts: planning took 11 s for
 257 tasks; a native build of a template candidate takes ~2-2.5 s of one core (nvcc, measured on a
 2-core machine) and 8 build workers run at once on the 16-core host, so builds (~60 s for 232) stay
 ahead of the device. The device is the limit: a warm eval worker's verdict with cached builds and
