@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from cuda_gym.envs.workspace_env import WorkspaceEnv
+from cuda_gym.envs.workspace_env import WorkspaceEnv, profile_agreement
 from cuda_gym.eval import EvalConfig, Evaluator
 
 CANDIDATE = Path(__file__).resolve().parent / "candidates" / "workspace_softmax"
@@ -44,14 +44,13 @@ def agreement(label: str, profile: list | None, stats: dict | None, **context: o
              "timing_method": stats.get("method"), "held_device_ms": detail.get("held_device_ms"),
              "held_issue_ms": detail.get("held_issue_ms")}
     if profile and median:
-        total_ms = sum(float(k["total_us"]) for k in profile) / 1000
-        entry.update(kernel_sum_ms=round(total_ms, 5), ratio=round(total_ms / median, 4),
-                     within_10pct=abs(total_ms / median - 1) <= 0.10)
-        if detail.get("held_device_ms"):
-            device_ratio = total_ms / detail["held_device_ms"]
-            entry.update(ratio_to_held_device=round(device_ratio, 4),
-                         within_10pct_of_held_device=abs(device_ratio - 1) <= 0.10,
-                         host_bound=bool((detail.get("held_issue_ms") or 0) > detail["held_device_ms"]))
+        numbers = profile_agreement(profile, median, detail)
+        entry.update(kernel_sum_ms=round(numbers["kernel_sum_ms"], 5), ratio=round(numbers["ratio"], 4),
+                     within_10pct=abs(numbers["ratio"] - 1) <= 0.10)
+        if "ratio_to_held_device" in numbers:
+            entry.update(ratio_to_held_device=round(numbers["ratio_to_held_device"], 4),
+                         within_10pct_of_held_device=abs(numbers["ratio_to_held_device"] - 1) <= 0.10,
+                         host_bound=numbers["host_bound"])
     return entry
 
 

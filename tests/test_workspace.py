@@ -356,3 +356,16 @@ def test_cuda_agent_layout_is_judged_and_profiled_on_cuda(cuda_evaluator, tmp_pa
     assert not any("SoftMaxForward" in name for name in compiled), compiled
     assert any("SoftMaxForward" in k["name"] for k in reference["eager"]["kernel_profile"]), reference["eager"]
     env.close()
+
+
+def test_profile_agreement_names_a_host_bound_held_median():
+    from cuda_gym.envs.workspace_env import profile_agreement
+
+    kernels = [{"name": "k", "total_us": 100.0, "count": 2}, {"name": "j", "total_us": 50.0, "count": 1}]
+    held = profile_agreement(kernels, 0.3, {"held_device_ms": 0.16, "held_issue_ms": 0.3})
+    assert held["kernel_sum_ms"] == pytest.approx(0.15) and held["ratio"] == pytest.approx(0.5)
+    assert held["ratio_to_held_device"] == pytest.approx(0.9375) and held["host_bound"]
+    device_bound = profile_agreement(kernels, 0.16, {"held_device_ms": 0.155, "held_issue_ms": 0.05})
+    assert not device_bound["host_bound"]
+    assert set(profile_agreement(kernels, 0.3, {})) == {"kernel_sum_ms", "ratio"}  # open timing: no held numbers
+    assert profile_agreement(kernels, None, None) == {"kernel_sum_ms": pytest.approx(0.15)}

@@ -603,6 +603,23 @@ class WorkspaceEnv(KernelEnv):
         return "\n".join(out)
 
 
+def profile_agreement(kernel_profile: list[dict[str, Any]], median_ms: float | None,
+                      detail: dict[str, float] | None) -> dict[str, Any]:
+    """How one profiled forward's kernels add up against the timed median: `kernel_sum_ms`; when a
+    median exists, `ratio` (sum / median); where the timed calls were held, `ratio_to_held_device`
+    (sum / the held calls' device time) and `host_bound` (issuing a call took longer than its device
+    work, so the held median is host time)."""
+    total_ms = sum(float(k["total_us"]) for k in kernel_profile) / 1000
+    numbers: dict[str, Any] = {"kernel_sum_ms": total_ms}
+    if median_ms:
+        numbers["ratio"] = total_ms / median_ms
+        device_ms, issue_ms = (detail or {}).get("held_device_ms"), (detail or {}).get("held_issue_ms")
+        if device_ms:
+            numbers.update(ratio_to_held_device=total_ms / device_ms, held_device_ms=device_ms,
+                           held_issue_ms=issue_ms, host_bound=bool((issue_ms or 0) > device_ms))
+    return numbers
+
+
 def profile_lines(label: str, kernel_profile: list[dict[str, Any]] | None, stats: TimingStats | None,
                   why: str, top: int = 10) -> list[str]:
     """The per-kernel table of one profiled forward: each kernel's share, total device time and
@@ -614,11 +631,12 @@ def profile_lines(label: str, kernel_profile: list[dict[str, Any]] | None, stats
     total_us = sum(float(k["total_us"]) for k in kernel_profile)
     ratio = ""
     if stats is not None and stats.median_ms:
-        ratio = f", {100 * total_us / 1000 / stats.median_ms:.0f}% of the timed median {stats.median_ms:.4g} ms"
-        device_ms, issue_ms = (stats.detail or {}).get("held_device_ms"), (stats.detail or {}).get("held_issue_ms")
-        if device_ms and issue_ms and issue_ms > device_ms:
-            ratio += (f" (host-bound: issuing a call took {issue_ms:.4g} ms of host time, its device work "
-                      f"{device_ms:.4g} ms; kernels are {100 * total_us / 1000 / device_ms:.0f}% of that device time)")
+        numbers = profile_agreement(kernel_profile, stats.median_ms, stats.detail)
+        ratio = f", {100 * numbers['ratio']:.0f}% of the timed median {stats.median_ms:.4g} ms"
+        if numbers.get("host_bound"):
+            ratio += (f" (host-bound: issuing a call took {numbers['held_issue_ms']:.4g} ms of host time, its device "
+                      f"work {numbers['held_device_ms']:.4g} ms; kernels are "
+                      f"{100 * numbers['ratio_to_held_device']:.0f}% of that device time)")
     lines = [f"{label}: {total_us / 1000:.4g} ms device time in {len(kernel_profile)} kernel(s){ratio}",
              "   share   total_us  count  kernel"]
     for entry in kernel_profile[:top]:
