@@ -291,7 +291,7 @@ def _confirm_with(second_verdict):
     before = EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.INTERNAL_ERROR, eager_time=_timed(2.0),
                         compiled=True)
     first = EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.OK, correct=True, eager_time=_timed(2.0),
-                       compiled=True, candidate_time=_timed(1.0), eval_seconds=1.5)
+                       compiled=True, candidate_time=_timed(1.0), eval_seconds=1.5, flags=["first_only"])
     Evaluator._set_speedups(first, EvalConfig(baselines=("eager",)))
     Evaluator._confirm(evaluator, None, None, "cpu", EvalConfig(baselines=("eager",)), {}, first, before)
     return first, calls
@@ -300,12 +300,14 @@ def _confirm_with(second_verdict):
 def test_the_slower_of_two_workers_stands_when_a_milestone_is_confirmed():
     def slower(result):
         result.error_code, result.correct, result.candidate_time, result.eval_seconds = ErrorCode.OK, True, _timed(1.8), 2.0
+        result.flags = ["second_only"]
 
     result, calls = _confirm_with(slower)
     assert len(calls) == 1 and result.ok
     assert result.candidate_worker_medians_ms == [1.0, 1.8]
     assert result.candidate_time.median_ms == 1.8 and result.speedup_vs_eager == pytest.approx(2.0 / 1.8)
     assert milestone_reward(result) == 2.0 and result.eval_seconds == pytest.approx(3.5)
+    assert result.flags == ["first_only", "second_only"]  # what either worker noticed is kept
 
     def faster(result):
         result.error_code, result.correct, result.candidate_time, result.eval_seconds = ErrorCode.OK, True, _timed(0.5), 2.0

@@ -257,6 +257,7 @@ class Evaluator:
         else:
             if second.candidate_time.median_ms > first.candidate_time.median_ms:
                 result.__dict__.update(second.__dict__)
+            result.flags = [*first.flags, *(flag for flag in second.flags if flag not in first.flags)]
             result.candidate_worker_medians_ms = [first.candidate_time.median_ms, second.candidate_time.median_ms]
             self._set_speedups(result, config)
         result.eval_seconds = eval_seconds
