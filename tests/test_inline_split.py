@@ -102,6 +102,19 @@ void run(const float* x, float* y) { scale_kernel<<<1, 1>>>(x, y); }
     assert split.host_source.count("cuda_gym_push_launch(1, 1)") == 1
 
 
+def test_a_source_without_kernels_is_all_host_code():
+    # A cuBLAS-only wrapper used to be refused ("no kernels") and built as one .cu file (32-34 s on
+    # the H200); split, nvcc sees only the CUDA headers.
+    source = ("#include <torch/extension.h>\n#include <cublas_v2.h>\n"
+              "torch::Tensor mm(torch::Tensor a) { auto c = torch::empty_like(a); return c; }\n")
+    split = split_cuda_source(source)
+    assert split.kernels == []
+    assert "torch" not in split.kernel_source and "#include <cublas_v2.h>" in split.kernel_source
+    assert "torch::Tensor mm(torch::Tensor a)" in split.host_source and "<<<" not in split.host_source
+    with pytest.raises(NotSplittable, match="launch"):  # a launch of no kernel of this source
+        split_cuda_source("void other(float*);\nvoid run(float* y) { other<<<1, 1>>>(y); }")
+
+
 @pytest.mark.parametrize("source, reason", [
     ("template <typename T> __global__ void k(T* y) {}\nvoid run(float* y) { k<float><<<1, 1>>>(y); }",
      "template"),
@@ -120,7 +133,6 @@ void run(const float* x, float* y) { scale_kernel<<<1, 1>>>(x, y); }
     ("static __global__ void k(float* y) {}\nvoid run(float* y) { k<<<1, 1>>>(y); }", "static"),
     ("__global__ void k(float* y) {}\nvoid other(float*);\nvoid run(float* y) { other<<<1, 1>>>(y); }", "launch"),
     ("extern \"C\" {\n__global__ void k(float* y) {}\n}", "extern block"),
-    ("void run(float* y) { y[0] = 1; }", "no kernels"),
     # Found in review: each of these split and compiled, but meant something else.
     ("__global__ void k(float* y, char mode = 'x') { y[0] = mode; }\nconstexpr int kThreads = 32;\n"
      "void run(float* y) { k<<<1, kThreads>>>(y); }", "default arguments"),
@@ -223,6 +235,7 @@ def test_the_split_halves_of_the_corpus_compile(path, tmp_path):
     kernel_file.write_text(arguments["cuda_sources"][0])
     nvcc = subprocess.run(["nvcc", "-c", "-arch=sm_90", "-Xcompiler", "-fPIC", str(kernel_file), "-o",
                            str(tmp_path / "kernels.o")], capture_output=True, text=True)
+    _skip_if_this_machine_lacks_a_header(nvcc)
     assert nvcc.returncode == 0, nvcc.stderr[-3000:]
     host_file = tmp_path / "main.cpp"
     host_file.write_text("\n".join(arguments["cpp_sources"]))
@@ -230,10 +243,14 @@ def test_the_split_halves_of_the_corpus_compile(path, tmp_path):
     gxx = subprocess.run(["g++", "-fsyntax-only", "-std=c++20", "-DTORCH_API_INCLUDE_EXTENSION_H",
                           *_torch_include_flags(), f"-isystem{cuda_include}", str(host_file)],
                          capture_output=True, text=True)
-    missing = re.search(r"fatal error: (\S+): No such file", gxx.stderr)
-    if gxx.returncode and missing and sys.platform == "linux":
-        pytest.skip(f"this machine lacks {missing.group(1)} (CPU-only torch or a partial CUDA toolkit)")
+    _skip_if_this_machine_lacks_a_header(gxx)
     assert gxx.returncode == 0, gxx.stderr[-3000:]
+
+
+def _skip_if_this_machine_lacks_a_header(compiled: subprocess.CompletedProcess) -> None:
+    missing = re.search(r"fatal error: (\S+): No such file", compiled.stderr)
+    if compiled.returncode and missing and sys.platform == "linux":
+        pytest.skip(f"this machine lacks {missing.group(1)} (CPU-only torch or a partial CUDA toolkit)")
 
 
 def test_the_kernel_api_prelude_is_added_only_when_host_code_calls_those_functions():
