@@ -19,7 +19,8 @@ from cuda_gym.tasks import get_task, solution_path
 TASK_ID = "builtin/L1/gelu"
 CHEAP = EvalConfig(baselines=(), timing_reps=2, timing_min_reps=1, warmup_reps=0, timing_budget_s=0.2)
 # Every stage runs (eager baseline included, no 20 s torch.compile baseline), with few repetitions.
-QUICK = EvalConfig(baselines=("eager",), timing_reps=5, timing_min_reps=3, warmup_reps=1, timing_budget_s=0.3)
+QUICK = EvalConfig(baselines=("eager",), timing_reps=5, timing_min_reps=3, warmup_reps=1, timing_budget_s=0.3,
+                   confirm_faster=False)
 
 # A candidate that builds and runs but computes relu instead of gelu.
 WRONG = '''import torch

@@ -11,7 +11,8 @@ import pytest
 from cuda_gym.eval import ErrorCode, EvalConfig, EvalResult, Evaluator, TimingStats, milestone_reward
 from cuda_gym.eval import evaluator as evaluator_module
 from cuda_gym.eval.baselines import merge_entries
-from cuda_gym.eval.evaluator import _claims_milestone, _workers_agree
+from cuda_gym.eval.evaluator import _workers_agree
+from cuda_gym.eval.reward import claims_milestone
 from cuda_gym.tasks import get_task, load_suite, solution_path
 
 from .conftest import TEST_CONFIG
@@ -228,7 +229,7 @@ def test_a_full_length_timing_with_audits_keeps_the_worker_alive(cpu_evaluator):
     objects piled up and both workers died of SIGSEGV on builtin/L3/mlp)."""
     task = get_task("builtin/L3/mlp")
     # All 50 repeats whatever the machine's load (the 1 s budget would stop a loaded machine at 10).
-    config = EvalConfig(baselines=("eager",), baseline_workers=1, eval_timeout_s=300.0, seed=11,
+    config = EvalConfig(baselines=("eager",), baseline_workers=1, eval_timeout_s=300.0, seed=11, confirm_faster=False,
                         timing_min_reps=50)
     result = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text(), config=config)
     assert result.ok, (result.message, result.runtime_log[-500:])
@@ -240,7 +241,7 @@ def test_both_baselines_are_measured_with_the_default_config(cpu_evaluator):
     """The compile baseline's first call imports inductor, whose frame lookups the tamper check's
     tripwire denies: it is compiled before the check is armed (else every baseline worker failed)."""
     task = get_task("builtin/L1/gelu")
-    config = EvalConfig(baseline_workers=1, eval_timeout_s=120.0, seed=12)
+    config = EvalConfig(baseline_workers=1, eval_timeout_s=120.0, seed=12, confirm_faster=False)
     result = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text(), config=config)
     assert result.ok, result.message
     assert result.eager_time is not None and result.compile_time is not None, result.runtime_log[-500:]
@@ -273,10 +274,10 @@ def test_only_a_claimed_milestone_is_confirmed():
         return EvalResult(task_id="t", backend="cuda", error_code=ErrorCode.OK, correct=True,
                           candidate_time=_timed(1.0), speedup_vs_eager=eager, speedup_vs_compile=compile_)
 
-    assert _claims_milestone(result(1.06))
-    assert _claims_milestone(result(0.9, 1.06))
-    assert not _claims_milestone(result(1.04, 1.05))  # no milestone at stake
-    assert not _claims_milestone(result(None))
+    assert claims_milestone(result(1.06))
+    assert claims_milestone(result(0.9, 1.06))
+    assert not claims_milestone(result(1.04, 1.05))  # no milestone at stake
+    assert not claims_milestone(result(None))
 
 
 def _confirm_with(second_verdict):
@@ -307,7 +308,7 @@ def test_the_slower_of_two_workers_stands_when_a_milestone_is_confirmed():
     assert result.candidate_worker_medians_ms == [1.0, 1.8]
     assert result.candidate_time.median_ms == 1.8 and result.speedup_vs_eager == pytest.approx(2.0 / 1.8)
     assert milestone_reward(result) == 2.0 and result.eval_seconds == pytest.approx(3.5)
-    assert result.flags == ["first_only", "second_only"]  # what either worker noticed is kept
+    assert result.flags == ["second_only", "other_worker:first_only"]  # the kept worker's, then the other's
 
     def faster(result):
         result.error_code, result.correct, result.candidate_time, result.eval_seconds = ErrorCode.OK, True, _timed(0.5), 2.0
@@ -324,6 +325,7 @@ def test_a_candidate_that_fails_in_the_confirmation_worker_gets_that_verdict():
     result, _ = _confirm_with(wrong)
     assert result.error_code is ErrorCode.INCORRECT and not result.correct
     assert milestone_reward(result) == -1.0
+    assert result.candidate_worker_medians_ms == [1.0] and result.flags == ["other_worker:first_only"]
     assert result.message.startswith("correct in a first worker (1 ms, x2.00 vs eager), then in the confirmation worker:")
     assert result.message.endswith("trial 2: relative error 0.3")
     assert result.compiled and result.eager_time.median_ms == 2.0  # what the build and baselines gave stays
@@ -331,7 +333,7 @@ def test_a_candidate_that_fails_in_the_confirmation_worker_gets_that_verdict():
 
 def test_a_confirmed_milestone_runs_a_second_fresh_worker(cpu_evaluator, monkeypatch):
     # End to end: the claim is forced (whether a CPU identity comes out 5% fast is chance).
-    monkeypatch.setattr(evaluator_module, "_claims_milestone", lambda result: True)
+    monkeypatch.setattr(evaluator_module, "claims_milestone", lambda result: True)
     task = get_task(GELU_TASK)
     config = cpu_evaluator.config.replace(confirm_faster=True, policy="permissive")
     result = cpu_evaluator.evaluate(task, task.source + "\n\nclass ModelNew(Model):\n    pass\n", config=config)
@@ -343,3 +345,42 @@ def test_a_confirmed_milestone_runs_a_second_fresh_worker(cpu_evaluator, monkeyp
     assert EvalResult.from_dict(result.to_dict()).candidate_worker_medians_ms == medians
     plain = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text())  # TEST_CONFIG: off
     assert plain.ok and plain.candidate_worker_medians_ms == []
+
+
+def test_an_evaluator_error_in_the_confirmation_earns_nothing():
+    def broken(result):
+        raise BrokenPipeError("the spare died before it took the job")
+
+    result, _ = _confirm_with(broken)
+    assert result.error_code is ErrorCode.INTERNAL_ERROR and not result.correct
+    assert result.speedup_vs_eager is None and milestone_reward(result) == -1.0
+    assert "BrokenPipeError" in result.message and result.message.startswith("correct in a first worker")
+
+
+def test_an_evaluator_error_after_a_correct_judgement_is_not_rewarded(monkeypatch):
+    def judged_then_broken(self, task, action, backend, config, result):
+        result.error_code, result.correct, result.speedup_vs_eager = ErrorCode.OK, True, 2.0
+        raise RuntimeError("late evaluator bug")
+
+    monkeypatch.setattr(Evaluator, "_evaluate", judged_then_broken)
+    evaluator = Evaluator.__new__(Evaluator)  # no workers: only _evaluate_safely's handling is under test
+    evaluator.torch_version = "x"
+    result = evaluator._evaluate_safely(get_task(GELU_TASK), "", "cpu", EvalConfig())
+    assert result.error_code is ErrorCode.INTERNAL_ERROR and not result.correct and result.speedup_vs_eager is None
+    assert milestone_reward(result) == -1.0
+
+
+def test_no_claim_no_second_worker(cpu_evaluator, monkeypatch):
+    judged = []
+    original = Evaluator._judge
+    monkeypatch.setattr(Evaluator, "_judge", lambda self, *args: judged.append(1) or original(self, *args))
+    monkeypatch.setattr(evaluator_module, "claims_milestone", lambda result: False)
+    task = get_task(GELU_TASK)
+    config = cpu_evaluator.config.replace(confirm_faster=True)
+    source = native_candidate(CORRECT_BODY)
+    result = cpu_evaluator.evaluate(task, source, config=config)
+    assert result.ok, result.message
+    assert judged == [1] and result.candidate_worker_medians_ms == []
+    monkeypatch.setattr(evaluator_module, "claims_milestone", lambda result: True)
+    again = cpu_evaluator.evaluate(task, source, config=config)
+    assert again.ok and judged == [1, 1, 1] and len(again.candidate_worker_medians_ms) == 2

@@ -8,6 +8,7 @@ caller: every failure is a verdict.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import os
 import secrets
@@ -33,7 +34,7 @@ from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, W
 from . import sandbox
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
-from .reward import FASTER_MARGIN
+from .reward import claims_milestone
 from .timing import HOLD_LIBRARY_ENV, UNTRACKED_WORK_FLAG, build_hold_library
 
 EVALUATOR_VERSION = "0.1"
@@ -43,11 +44,6 @@ BUILD_CACHE_LIMIT = 2000  # build directories kept; the oldest are removed beyon
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("CUDA_GYM_CACHE") or Path.home() / ".cache" / "cuda_gym")
-
-
-def _claims_milestone(result: EvalResult) -> bool:
-    """More than the milestone margin faster than a baseline."""
-    return max(result.speedup_vs_eager or 0.0, result.speedup_vs_compile or 0.0) > FASTER_MARGIN
 
 
 def _workers_agree(samples: dict[str, list[dict[str, Any]]], config: EvalConfig) -> bool:
@@ -209,6 +205,7 @@ class Evaluator:
             self._evaluate(task, action, backend, config, result)
         except Exception as exc:  # noqa: BLE001 - an evaluator bug is still a verdict, not a crash
             result.error_code = ErrorCode.INTERNAL_ERROR
+            result.correct, result.speedup_vs_eager, result.speedup_vs_compile = False, None, None  # nothing earned
             result.message = f"evaluator error: {type(exc).__name__}: {exc}"
             result.runtime_log = traceback.format_exc(limit=10)[-config.max_log_chars:]
         return result
@@ -233,34 +230,44 @@ class Evaluator:
             for name, error in entry.get("errors", {}).items():
                 result.flags.append(f"baseline_{name}_failed")
                 result.runtime_log += f"[{name} baseline] {error}\n"
-        before_judging = copy.deepcopy(result)
+        before_judging = copy.deepcopy(result) if config.confirm_faster else None
         self._judge(task, candidate, backend, config, env, result)
         if result.correct and result.candidate_time:
             self._set_speedups(result, config)
-            if config.confirm_faster and _claims_milestone(result):
+            if before_judging is not None and claims_milestone(result):
                 self._confirm(task, candidate, backend, config, env, result, before_judging)
 
     def _confirm(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],
                  result: EvalResult, before_judging: EvalResult) -> None:
         """A second fresh eval worker judges a candidate whose timing claimed a milestone
-        (`EvalConfig.confirm_faster`). A failure there is the verdict; otherwise the slower of the
-        two candidate times stands, so a lucky process earns nothing."""
+        (`EvalConfig.confirm_faster`). A failure there, the evaluator's included, is the verdict;
+        otherwise the slower of the two candidate times stands, so a lucky process earns nothing.
+        The kept worker's flags stand; the other's are kept prefixed `other_worker:`."""
         first = copy.deepcopy(result)
         second = before_judging
-        self._judge(task, candidate, backend, config, env, second)
-        eval_seconds = round(first.eval_seconds + second.eval_seconds, 4)
-        if not (second.correct and second.candidate_time):
-            result.__dict__.update(second.__dict__)
-            result.message = (f"correct in a first worker ({first.candidate_time.median_ms:.4g} ms, "
-                              f"x{first.speedup_vs_eager or 0:.2f} vs eager), then in the confirmation worker: "
-                              f"{second.message}")
-        else:
-            if second.candidate_time.median_ms > first.candidate_time.median_ms:
-                result.__dict__.update(second.__dict__)
-            result.flags = [*first.flags, *(flag for flag in second.flags if flag not in first.flags)]
+        try:
+            self._judge(task, candidate, backend, config, env, second)
+        except Exception as exc:  # noqa: BLE001 - an unconfirmed claim earns nothing
+            second.error_code, second.correct = ErrorCode.INTERNAL_ERROR, False
+            second.message = f"evaluator error: {type(exc).__name__}: {exc}"
+        confirmed = second.correct and second.candidate_time is not None
+        kept, other = (second, first) if not confirmed or second.candidate_time.median_ms > first.candidate_time.median_ms \
+            else (first, second)
+        for item in dataclasses.fields(EvalResult):
+            setattr(result, item.name, getattr(kept, item.name))
+        result.flags = [*kept.flags, *(f"other_worker:{flag}" for flag in other.flags if flag not in kept.flags)]
+        result.eval_seconds = round(first.eval_seconds + second.eval_seconds, 4)
+        if confirmed:
             result.candidate_worker_medians_ms = [first.candidate_time.median_ms, second.candidate_time.median_ms]
             self._set_speedups(result, config)
-        result.eval_seconds = eval_seconds
+            return
+        result.candidate_worker_medians_ms = [first.candidate_time.median_ms]
+        claim = ", ".join(f"x{value:.2f} vs {name}" for name, value in
+                          (("eager", first.speedup_vs_eager), ("torch.compile", first.speedup_vs_compile)) if value)
+        result.message = (f"correct in a first worker ({first.candidate_time.median_ms:.4g} ms, {claim}), then in the "
+                          f"confirmation worker: {second.message}")
+        result.runtime_log = (f"[first worker]\n{first.runtime_log[-config.max_log_chars // 2:]}\n"
+                              f"[confirmation worker]\n{second.runtime_log}")[-config.max_log_chars:]
 
     @staticmethod
     def _set_speedups(result: EvalResult, config: EvalConfig) -> None:

@@ -11,13 +11,22 @@ RewardFn = Callable[[EvalResult, Sequence[EvalResult]], float]
 FASTER_MARGIN = 1.05  # "faster" means more than 5% faster, as in CUDA Agent
 
 
+def _faster(speedup: float | None) -> bool:
+    return (speedup or 0.0) > FASTER_MARGIN
+
+
+def claims_milestone(result: EvalResult) -> bool:
+    """More than the milestone margin faster than some baseline (what the evaluator confirms)."""
+    return _faster(result.speedup_vs_eager) or _faster(result.speedup_vs_compile)
+
+
 def milestone_reward(result: EvalResult, history: Sequence[EvalResult] = ()) -> float:
     """CUDA Agent's milestone reward: -1 failed or wrong; 1 correct; 2 if >5% faster than eager;
     3 if >5% faster than both eager and torch.compile."""
     if not result.correct:
         return -1.0
-    faster_eager = (result.speedup_vs_eager or 0.0) > FASTER_MARGIN
-    faster_compile = (result.speedup_vs_compile or 0.0) > FASTER_MARGIN
+    faster_eager = _faster(result.speedup_vs_eager)
+    faster_compile = _faster(result.speedup_vs_compile)
     if faster_eager and faster_compile:
         return 3.0
     if faster_eager:
