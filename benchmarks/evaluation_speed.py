@@ -146,7 +146,8 @@ def section_fidelity(evaluator: Evaluator, backend: str, repeats: int, task_ids:
         source = solution_path(task, backend).read_text()
         speedups, times, iqrs, reps, methods, flags, details = [], [], [], [], [], [], []
         for _ in tqdm(range(repeats), desc=f"fidelity {task.id}"):
-            result = evaluator.evaluate(task, source)
+            # One worker's time per evaluation: the spread of single measurements, unconfirmed.
+            result = evaluator.evaluate(task, source, config=evaluator.config.replace(confirm_faster=False))
             if result.ok:
                 speedups.append(result.speedup_vs_eager)
                 times.append(result.candidate_time.median_ms)
@@ -218,7 +219,8 @@ def main() -> None:
             "hardware": {"device": evaluator.device_name, "cpu_count": os.cpu_count(), "machine": platform.machine()},
             "versions": {"torch": torch.__version__, "python": platform.python_version()},
             "config": {"baselines": list(config.baselines), "timing_reps": config.timing_reps,
-                       "correctness_trials": config.correctness_trials, "held_timing": evaluator.held_timing},
+                       "correctness_trials": config.correctness_trials, "held_timing": evaluator.held_timing,
+                       "confirm_faster": config.confirm_faster, "fidelity_confirm_faster": False},
         }
         runs = {
             "latency": lambda: section_latency(evaluator, args.backend, args.repeats,

@@ -73,6 +73,9 @@ def main() -> int:
     parser.add_argument("--reference-in-worker", action="store_true",
                         help="also time the reference in each candidate's worker before it loads (a diagnostic: "
                              "EvalConfig.reference_time_in_worker; rows get reference_in_worker_ms)")
+    parser.add_argument("--no-confirm", action="store_true",
+                        help="one eval worker per task even when it claims a milestone (EvalConfig.confirm_faster "
+                             "off: the single-worker measurements of the sweeps before session 8)")
     parser.add_argument("--max-minutes", type=float, default=None, help="stop between tasks after this long")
     parser.add_argument("--out", required=True, help="result JSON (resumed when it exists)")
     args = parser.parse_args()
@@ -105,10 +108,13 @@ def main() -> int:
         config = config.replace(baseline_workers=args.baseline_workers)
     if args.reference_in_worker:
         config = config.replace(reference_time_in_worker=True)
+    if args.no_confirm:
+        config = config.replace(confirm_faster=False)
     payload.update({"date": dt.date.today().isoformat(), "backend": args.backend, "policy": args.policy,
                     "candidates": str(folder) if folder else "identity", "baselines": list(baselines),
                     "baseline_workers": config.baseline_workers, "baseline_agreement": config.baseline_agreement,
-                    "timer_revision": TIMER_REVISION, "host": platform.node()})
+                    "timer_revision": TIMER_REVISION, "confirm_faster": config.confirm_faster,
+                    "host": platform.node()})
     started = time.monotonic()
     with Evaluator(args.backend, config) as evaluator:
         payload["device"] = evaluator.device_name
@@ -143,6 +149,7 @@ def main() -> int:
                 "baseline_worker_methods": base.get("worker_methods"),
                 "flags": result.flags, "memory": result.device_memory,
                 "baseline_workers": config.baseline_workers, "timer_revision": TIMER_REVISION,
+                "confirm_faster": config.confirm_faster,
                 "message": "" if result.ok else result.message[:500],
             }
             payload["tasks"].append(row)

@@ -182,7 +182,9 @@ def _speed_text(config: EvalConfig) -> str:
     names = {"eager": "PyTorch eager", "compile": "torch.compile"}
     baselines = ", ".join(names[b] for b in config.baselines) or "no baseline"
     return (f"Speed: the median time of the forward over up to {config.timing_reps} timed calls "
-            f"({config.timing_input_sets} rotating input sets), compared with {baselines} on the same inputs.")
+            f"({config.timing_input_sets} rotating input sets), compared with {baselines} on the same inputs."
+            + (" A candidate more than 5% faster than a baseline is judged again in a second fresh process, and "
+               "the slower of the two times stands." if config.confirm_faster and config.baselines else ""))
 
 
 def _protocol(max_turns: int, reward_mode: str) -> str:

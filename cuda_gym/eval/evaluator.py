@@ -431,7 +431,8 @@ class Evaluator:
         def compute() -> dict[str, Any]:
             # Each baseline is timed in `baseline_workers` fresh workers and the median worker's
             # time is kept: one worker's median can land ~25% off (seen on the H200 for short
-            # kernels and host-bound models), and the candidate is timed in one worker, so the
+            # kernels and host-bound models), and the candidate is timed in one worker (two when it
+            # claims a milestone, the slower kept: EvalConfig.confirm_faster), so the
             # fastest of several would make the reference slower than itself. A failed worker
             # counts only when no worker measured the baseline. With three workers, the third runs
             # only when the first two disagree by more than `baseline_agreement` on some baseline:

@@ -99,8 +99,8 @@ class EvalResult:
     compile_log: str = ""
     runtime_log: str = ""
     compile_seconds: float = 0.0  # the build stage (0 when the build was cached)
-    eval_seconds: float = 0.0  # the evaluation stage in its worker (not queueing, not baselines)
-    stage_seconds: dict[str, float] = field(default_factory=dict)  # when each stage ended, from eval start
+    eval_seconds: float = 0.0  # the evaluation stage in its worker(s) (not queueing, not baselines); both when confirmed
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # when each stage ended, from eval start (kept worker)
     build_cached: bool = False
     # load_inline builds: {name: "split" | "stripped" | "as_written", "<name>.not_split": why} (cuda_gym/eval/fastbuild.py)
     inline_build_forms: dict[str, str] = field(default_factory=dict)
