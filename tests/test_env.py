@@ -189,18 +189,19 @@ def test_commands_choose_the_evaluation_config():
     env = KernelEnv(evaluator=fake, max_turns=6)
     env.reset(options={"task_id": TASK_ID})
     source = "class ModelNew:\n    pass\n"
-    env.step(source)                                          # default: eval
-    env.step("#! check\n" + source)
-    env.step("\n  #!compile\n" + source)                      # blank lines and no space are fine
-    env.step("Here it is:\n```python\n#! check\n" + source + "```\n")  # command opening the code block
-    _, _, terminated, _, info = env.step("#! submit\n" + source)
+    sources = [source + f"# version {i}\n" for i in range(5)]  # distinct: a repeated source is not judged again
+    env.step(sources[0])                                          # default: eval
+    env.step("#! check\n" + sources[1])
+    env.step("\n  #!compile\n" + sources[2])                      # blank lines and no space are fine
+    env.step("Here it is:\n```python\n#! check\n" + sources[3] + "```\n")  # command opening the code block
+    _, _, terminated, _, info = env.step("#! submit\n" + sources[4])
     configs = [call["config"] for call in fake.calls]
     assert configs[0] == fake.config and configs[4] == fake.config
     assert configs[1].baselines == () and configs[1].timing_reps == 1 and configs[1].warmup_reps == 0
     assert configs[1].correctness_trials == fake.config.correctness_trials
     assert configs[2].correctness_trials == 2 and configs[2].baselines == ()
     assert configs[3] == configs[1]
-    assert all(call["source"] == source for call in fake.calls)
+    assert [call["source"] for call in fake.calls] == sources
     assert all(call["backend"] is None for call in fake.calls)  # backend="auto": the evaluator's own
     assert terminated and info["command"] == "submit"
     with pytest.raises(RuntimeError, match="reset"):
@@ -214,18 +215,35 @@ def test_per_step_rewards_best_and_truncation():
     env = KernelEnv(evaluator=FakeEvaluator(results), max_turns=4)
     env.reset(options={"task_id": TASK_ID})
     source = "class ModelNew:\n    pass\n"
-    steps = [env.step(source) for _ in range(4)]
+    steps = [env.step(source + "\n" * i) for i in range(4)]
     rewards = [s[1] for s in steps]
     assert rewards == [-1.0, 1.0, 3.0, 2.0]
     assert [s[3] for s in steps] == [False, False, False, True] and not any(s[2] for s in steps)
     best = steps[-1][4]["best"]
     assert best["found"] and best["turn"] == 3 and best["time_ms"] == 1.0 and best["speedup_vs_compile"] == 1.5
-    assert best["candidate"] == source and best["fully_timed"]
+    assert best["candidate"] == source + "\n\n" and best["fully_timed"]
     assert steps[0][4]["best"] == {"found": False}
     assert "verdict: INCORRECT" in steps[0][0] and "trial 0 (task inputs)" in steps[0][0]
     assert "speedup x2" in steps[2][0] and "Best correct candidate so far: turn 3" in steps[3][0]
     assert "The episode is over." in steps[3][0]
     assert result_from_info(steps[2][4]["result"]).speedup_vs_compile == 1.5
+
+
+def test_a_repeated_source_gets_the_episodes_first_verdict():
+    # Re-submitting a candidate must not draw a luckier timing (or a second chance at a flaky one).
+    fake = FakeEvaluator([lambda t: ok_result(t, ms=1.0, eager_ms=1.02), lambda t: ok_result(t, ms=0.5, eager_ms=1.02),
+                          lambda t: ok_result(t, ms=0.5, eager_ms=1.02)])
+    env = KernelEnv(evaluator=fake, max_turns=5)
+    env.reset(options={"task_id": TASK_ID})
+    source = "class ModelNew:\n    pass\n"
+    first = env.step(source)
+    again = env.step("#! eval\n" + source)
+    assert len(fake.calls) == 1 and first[1] == again[1] == 1.0
+    assert again[4]["result"]["flags"] == ["repeated_candidate"] and first[4]["result"]["flags"] == []
+    env.step("#! check\n" + source)  # another judge: judged
+    assert len(fake.calls) == 2
+    env.reset(options={"task_id": TASK_ID})  # a new episode judges again
+    assert env.step(source)[1] == 2.0 and len(fake.calls) == 3
 
 
 def test_final_reward_mode():

@@ -25,6 +25,7 @@ from ..tasks.task import Task
 from . import prompt as prompt_text
 
 REWARD_MODES = ("per_step", "final")
+REPEATED_FLAG = "repeated_candidate"  # the episode's earlier verdict on the same source, not judged again
 FULL_COMMANDS = ("eval", "submit")  # commands that run the full evaluation (baselines, timing)
 _COMMAND_LINE = re.compile(r"^#!\s*([A-Za-z_]+)\b[ \t]*(.*)$")
 
@@ -209,6 +210,7 @@ class KernelEnv(gym.Env):
         self.task = task
         self._turn = 0
         self._steps = []
+        self._verdicts = {}  # (judge settings, candidate source) -> this episode's verdict
         self._best = None
         self._done = False
         backend, hardware = self._target_backend()
@@ -243,9 +245,7 @@ class KernelEnv(gym.Env):
             result = EvalResult(task_id=task.id, backend=backend, error_code=ErrorCode.INVALID_ACTION,
                                 message=problem, precision=self.config.precision, policy=self.config.policy)
         else:
-            config = {"compile": self.compile_config, "check": self.check_config}.get(command, self.config)
-            result = self.evaluator.evaluate(task, candidate, backend=None if self.backend_request == "auto"
-                                             else self.backend_request, config=config)
+            result = self._judge_once(task, command, candidate)
         history = [r for _, r in self._steps]
         self._update_best(command, candidate, result)
         self._steps.append((command, result))
@@ -289,6 +289,22 @@ class KernelEnv(gym.Env):
         super().close()
 
     # ----------------------------------------------------------------------------- internals
+    def _judge_once(self, task: Task, command: str, candidate: Candidate) -> EvalResult:
+        """The verdict of `command`'s judge on `candidate`, judged once per episode: the same source
+        under the same judge gets the episode's first verdict again (flag `repeated_candidate`), so
+        re-submitting a candidate cannot draw a luckier timing. An INTERNAL_ERROR is not kept."""
+        config = {"compile": self.compile_config, "check": self.check_config}.get(command, self.config)
+        key = (repr(config), candidate.source)
+        if key in self._verdicts:
+            result = copy.deepcopy(self._verdicts[key])
+            result.flags.append(REPEATED_FLAG)
+            return result
+        result = self.evaluator.evaluate(task, candidate, backend=None if self.backend_request == "auto"
+                                         else self.backend_request, config=config)
+        if result.error_code is not ErrorCode.INTERNAL_ERROR:
+            self._verdicts[key] = copy.deepcopy(result)
+        return result
+
     def _parse_action(self, action: Any) -> tuple[str, Candidate | None, str | None]:
         """(command, candidate, problem); problem is an INVALID_ACTION message or None."""
         command = prompt_text.DEFAULT_COMMAND

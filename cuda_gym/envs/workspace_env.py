@@ -499,9 +499,7 @@ class WorkspaceEnv(KernelEnv):
                                 precision=self.config.precision, policy=self.config.policy)
         else:
             self._judged_candidate = candidate
-            config = {"compile": self.compile_config, "check": self.check_config}.get(command, self.config)
-            result = self.evaluator.evaluate(task, candidate, backend=None if self.backend_request == "auto"
-                                             else self.backend_request, config=config)
+            result = self._judge_once(task, command, candidate)
         self._update_best(command, candidate, result)
         self._steps.append((command, result))
         packed = candidate is not None and candidate.form == "multifile"
