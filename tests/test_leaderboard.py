@@ -234,9 +234,11 @@ def test_leaderboard_on_cpu_solutions_wrong_slow_broken_and_missing(tmp_path, ta
     seed = record["seed"]["value"]
     assert record["seed"]["mode"] == "secret"
 
+    assert record["config"]["confirm_faster"] is False  # TEST_CONFIG's; recorded so runs compare alike
     other = json.loads(json.dumps(record))
     other["name"] = "earlier"
     other["summary"]["overall"]["pass_rate"] = 0.2
+    del other["config"]["confirm_faster"]  # a record from before the setting existed
     paths = write_leaderboard(record, tmp_path / "out", compare=other, compare_path="earlier.json")
     for key in ("fast_p", "speedups"):
         data = paths[key].read_bytes()
@@ -245,6 +247,7 @@ def test_leaderboard_on_cpu_solutions_wrong_slow_broken_and_missing(tmp_path, ta
     assert f"Hidden seed: {seed}" in text and f"--seed {seed}" in text
     assert "| overall | 5 | 4 | 2 | 40% |" in text
     assert "## Compared with earlier" in text and "| overall | pass rate | 40% | 20% | +20 pt |" in text
+    assert "timed milestone claims differently (`confirm_faster` False here, None there" in text
     assert "| builtin/L1/cumsum | MISSING |" in text
     saved = load_leaderboard(paths["json"])
     assert saved["seed"]["value"] == seed and saved["compare"]["name"] == "earlier"

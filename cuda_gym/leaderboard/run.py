@@ -102,7 +102,7 @@ def run_leaderboard(submissions: Submissions, tasks: "list[Task]", evaluator: An
         "device": evaluator.device_name,
         "seed": {"value": seed, "mode": seed_mode},
         "config": {"precision": config.precision, "policy": config.policy, "baselines": list(measured),
-                   "correctness_trials": config.correctness_trials},
+                   "correctness_trials": config.correctness_trials, "confirm_faster": config.confirm_faster},
         "failure_speedup": failure_speedup,
         "thresholds": list(FAST_P_THRESHOLDS),
         "summary": leaderboard_metrics(rows, failure_speedup=failure_speedup, measured=measured),
