@@ -210,7 +210,7 @@ class KernelEnv(gym.Env):
         self.task = task
         self._turn = 0
         self._steps = []
-        self._verdicts = {}  # (judge settings, candidate source) -> this episode's verdict
+        self._verdicts = {}  # (EvalConfig, candidate source) -> this episode's verdict
         self._best = None
         self._done = False
         backend, hardware = self._target_backend()
@@ -294,7 +294,7 @@ class KernelEnv(gym.Env):
         under the same judge gets the episode's first verdict again (flag `repeated_candidate`), so
         re-submitting a candidate cannot draw a luckier timing. An INTERNAL_ERROR is not kept."""
         config = {"compile": self.compile_config, "check": self.check_config}.get(command, self.config)
-        key = (repr(config), candidate.source)
+        key = (config, candidate.source)  # EvalConfig is frozen, so hashable
         if key in self._verdicts:
             result = copy.deepcopy(self._verdicts[key])
             result.flags.append(REPEATED_FLAG)

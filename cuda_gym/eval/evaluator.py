@@ -251,8 +251,8 @@ class Evaluator:
             second.error_code, second.correct = ErrorCode.INTERNAL_ERROR, False
             second.message = f"evaluator error: {type(exc).__name__}: {exc}"
         confirmed = second.correct and second.candidate_time is not None
-        kept, other = (second, first) if not confirmed or second.candidate_time.median_ms > first.candidate_time.median_ms \
-            else (first, second)
+        second_is_slower = confirmed and second.candidate_time.median_ms > first.candidate_time.median_ms
+        kept, other = (second, first) if not confirmed or second_is_slower else (first, second)
         for item in dataclasses.fields(EvalResult):
             setattr(result, item.name, getattr(kept, item.name))
         result.flags = [*kept.flags, *(f"other_worker:{flag}" for flag in other.flags if flag not in kept.flags)]
