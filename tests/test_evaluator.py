@@ -152,6 +152,12 @@ def test_baseline_keeps_the_median_of_several_workers(tmp_path):
     medians = entry["eager_worker_medians_ms"]
     assert len(medians) == 3 and all(m > 0 for m in medians)
     assert times["eager"].median_ms == sorted(medians)[1]
+    # Each worker's wall time, split by phase, is kept beside the times.
+    walls = times["worker_wall_s"]
+    assert len(walls) == 3 and walls == entry["worker_wall_s"]
+    for wall in walls:
+        assert {"settle", "job", "setup", "reference_history", "eager_timing"} <= set(wall)
+        assert wall["job"] >= wall["eager_timing"] > 0
 
 
 def test_the_third_baseline_worker_runs_only_when_the_first_two_disagree(tmp_path, monkeypatch):

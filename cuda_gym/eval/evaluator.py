@@ -113,13 +113,15 @@ class Evaluator:
         'profiles': {name: per-kernel table of one profiled forward in the kept worker (cuda only;
         `EvalResult.kernel_profile`'s format), or a string saying why there is none},
         'worker_medians_ms' / 'worker_methods': {name: each fresh worker's median / timing method, in
-        the order run}}."""
+        the order run}, 'worker_wall_s': [per worker: seconds waiting for spares ('settle'), the whole
+        job ('job', process start included) and the worker's own phases], cached with the times}."""
         backend = self._check_backend(backend)
         entry = self._baseline_entry(task, backend, config or self.config)
         return {name: (TimingStats(**entry[name]) if entry.get(name) else None) for name in ("eager", "compile")} | {
             "errors": entry.get("errors", {}), "peak_gib": entry.get("peak_gib"), "profiles": entry.get("profiles", {}),
             "worker_medians_ms": {name: entry.get(f"{name}_worker_medians_ms") for name in ("eager", "compile")},
-            "worker_methods": {name: entry.get(f"{name}_worker_methods") for name in ("eager", "compile")}}
+            "worker_methods": {name: entry.get(f"{name}_worker_methods") for name in ("eager", "compile")},
+            "worker_wall_s": entry.get("worker_wall_s", [])}
 
     def wait_until_warm(self) -> None:
         """Block until the spare workers have started (interpreter, CUDA context, warm-up kernels).
@@ -405,7 +407,9 @@ class Evaluator:
             outcome: dict[str, Any] = {}
             failure = ""
             with self._device_slot:
+                started = time.perf_counter()
                 self._pool.settle()  # no spare warms up while the baselines are timed
+                settled = time.perf_counter()
                 worker = self._pool.acquire(self._spec("baseline", backend, config, self._base_env(backend)),
                                             keep_spare=False)
                 try:
@@ -418,6 +422,11 @@ class Evaluator:
                 finally:
                     worker.kill()
                     self._pool.replenish()
+                    # Where a baseline worker's wall time goes: waiting for spares, the whole job
+                    # (process start included) and the worker's own phases.
+                    phases = (outcome.get("baseline_profiles") or outcome.get("baseline") or {}).get("phase_s") or {}
+                    outcome["wall_s"] = {"settle": round(settled - started, 4),
+                                         "job": round(time.perf_counter() - settled, 4), **phases}
             if "baseline" not in outcome:
                 return {}, failure or str(outcome.get("error", {}).get("message")
                                           or "the baseline worker sent no result")
@@ -426,7 +435,8 @@ class Evaluator:
             if failure:  # after the times: in the profiled forwards
                 errors = {name: f"the worker failed in the profiled forward: {failure[:300]}"
                           for name in config.baselines} | errors
-            return {**outcome["baseline"], "profiles": profiles.get("profiles") or {}, "profile_errors": errors}, ""
+            return {**outcome["baseline"], "profiles": profiles.get("profiles") or {}, "profile_errors": errors,
+                    "wall_s": outcome["wall_s"]}, ""
 
         def compute() -> dict[str, Any]:
             # Each baseline is timed in `baseline_workers` fresh workers and the median worker's
@@ -459,6 +469,7 @@ class Evaluator:
                         elif not table:
                             table = "no CUDA kernel ran in the profiled forward"
                         profiles[name].append(table)
+                entry.setdefault("worker_wall_s", []).append(measured["wall_s"])
                 if "compile_warmup_s" in measured:
                     entry.setdefault("compile_warmup_s", []).append(measured["compile_warmup_s"])
                 peak = (measured.get("memory") or {}).get("peak_gib")

@@ -522,6 +522,19 @@ def _setup_or_error(channel: _Channel, job: dict, device: str) -> _TaskSetup | N
     return None
 
 
+class _PhaseClock:
+    """Seconds spent in each named phase of a job, in order (`phases`: name -> seconds)."""
+
+    def __init__(self):
+        self.phases: dict[str, float] = {}
+        self._last = _perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = _perf_counter()
+        self.phases[name] = round(now - self._last, 4)
+        self._last = now
+
+
 def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
     """Eager and torch.compile times of the reference, timed under an eval worker's conditions:
     the same history up to the timing (the trials' reference outputs made, timing sets and
@@ -531,16 +544,19 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
     (timing_parity_cuda_h200_2026-12-01_call3.json), so only the same history times the reference
     submitted as its own candidate at 1.00x."""
     config = job["config"]
+    clock = _PhaseClock()
     setup = _setup_or_error(channel, job, device)
     if setup is None:
         return
+    clock.mark("setup")
     setup.prepare_trials(lambda index, outputs: None)
     setup.prepare_timing_sets()
     probe = _Probe(secrets.randbits(62))
     variants, _ = _reference_checksums(setup, config, probe)
     memory.scrub_freed(device, setup.output_nbytes)
     model = _fresh_reference(setup, job, device)
-    result: dict[str, Any] = {"memory": setup.plan.to_meta()}
+    clock.mark("reference_history")
+    result: dict[str, Any] = {"memory": setup.plan.to_meta(), "phase_s": clock.phases}
     compiled = None
     if "compile" in config["baselines"]:
         # Compiled before the tamper check is armed: its tripwire denies the frame lookups that
@@ -550,14 +566,17 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
         with torch.no_grad():
             compiled(*[_clone(v) for v in setup.timing_sets[0]])
         result["compile_warmup_s"] = _perf_counter() - started
+        clock.mark("compile_warmup")
     guard.count_native_calls()
     guard.TamperCheck(device, "permissive")  # armed as for a candidate
     if "eager" in config["baselines"]:
         stats, _, _ = _time_model(model, setup, device, config, variants, probe, _Audit("permissive"))
         result["eager"] = _stats_meta(stats)
+        clock.mark("eager_timing")
     if compiled is not None:
         stats, _, _ = _time_model(compiled, setup, device, config, variants, probe)
         result["compile"] = _stats_meta(stats)
+        clock.mark("compile_timing")
     if device == "cuda":
         result["memory"]["peak_gib"] = round(torch.cuda.max_memory_reserved() / memory.GIB, 3)
     channel.send("baseline", result)  # the times first: a profiler that fails or hangs loses nothing
@@ -573,7 +592,8 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
                 profiles[name] = _profile_forward(timed, setup)
             except Exception as exc:  # noqa: BLE001 - the times stand without a profile
                 errors[name] = f"the profiled forward raised {type(exc).__name__}: {exc}"[:500]
-        channel.send("baseline_profiles", {"profiles": profiles, "errors": errors})
+        clock.mark("profile")
+        channel.send("baseline_profiles", {"profiles": profiles, "errors": errors, "phase_s": clock.phases})
 
 
 def _profile_forward(model: Any, setup: _TaskSetup) -> list[dict[str, Any]]:
