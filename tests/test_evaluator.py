@@ -160,6 +160,30 @@ def test_baseline_keeps_the_median_of_several_workers(tmp_path):
         assert wall["job"] >= wall["eager_timing"] > 0
 
 
+def test_a_timing_is_device_bound_only_when_held_and_issued_well_within_its_device_time():
+    config = EvalConfig()
+    held = {"held_device_ms": 2.0, "held_issue_ms": 0.2, "open_ms": 2.1, "open_issue_ms": 0.2}
+    assert config.device_bound("cuda_event_held", held)
+    assert not config.device_bound("cuda_event_held", held | {"held_issue_ms": 1.2})  # issue > half the device time
+    assert not config.device_bound("cuda_event", held)  # the open median stood: the host was in the way
+    assert not config.device_bound("wall+device_sync", held)
+    assert not config.device_bound("cuda_event_held", {}) and not config.device_bound(None, None)
+    assert not config.replace(device_bound_issue_ratio=0.0).device_bound("cuda_event_held", held)  # off
+    with pytest.raises(ValueError):
+        EvalConfig(device_bound_issue_ratio=1.5)
+
+
+def test_a_device_bound_baseline_is_timed_in_one_worker(tmp_path, monkeypatch):
+    # CPU times are never device-bound; the rule's outcome is forced to see the evaluator follow it.
+    monkeypatch.setattr(EvalConfig, "device_bound", lambda self, method, detail: True)
+    config = TEST_CONFIG.replace(baseline_workers=3, baseline_agreement=0.0)
+    with Evaluator("cpu", config, cache_dir=tmp_path) as evaluator:
+        times = evaluator.baselines(get_task(GELU_TASK))
+    (entry,) = json.loads((tmp_path / "baselines.json").read_text()).values()
+    assert len(entry["eager_worker_medians_ms"]) == 1 and len(times["worker_wall_s"]) == 1
+    assert times["eager"].median_ms == entry["eager_worker_medians_ms"][0]
+
+
 def test_the_third_baseline_worker_runs_only_when_the_first_two_disagree(tmp_path, monkeypatch):
     def stats(ms):
         return {"median_ms": ms}
@@ -390,3 +414,7 @@ def test_no_claim_no_second_worker(cpu_evaluator, monkeypatch):
     monkeypatch.setattr(evaluator_module, "claims_milestone", lambda result: True)
     again = cpu_evaluator.evaluate(task, source, config=config)
     assert again.ok and judged == [1, 1, 1] and len(again.candidate_worker_medians_ms) == 2
+    # A device-bound claim is not judged again: the host cannot move its time.
+    monkeypatch.setattr(EvalConfig, "device_bound", lambda self, method, detail: True)
+    held = cpu_evaluator.evaluate(task, source, config=config)
+    assert held.ok and judged == [1, 1, 1, 1] and held.candidate_worker_medians_ms == []

@@ -47,6 +47,14 @@ class EvalConfig:
     # (H200: paired_timing_cuda_h200_2026-12-02.json, the level-3 sweeps), so one lucky process would
     # earn the reference itself a milestone; a small device-bound op pays one more warm worker (~1.5 s).
     confirm_faster: bool = True
+    # A CUDA timing is device-bound when its calls were held (queued behind the timer's hold kernel)
+    # and issuing one took the host less than this fraction of its device time: the host's speed
+    # cannot move it. On the H200 two fresh workers' device-bound medians agreed within 0.5% on all
+    # 52 such timings of the level 1-3 sweeps, while host-bound ones moved up to 1.9x
+    # (benchmarks/results/kernelbench_sweep_cuda_h200_2026-12-02_*.json). A baseline whose first worker
+    # timed it device-bound is not timed again, and a device-bound milestone claim is not confirmed
+    # again; host-bound timings keep every worker. 0 turns this off.
+    device_bound_issue_ratio: float = 0.5
     precision: str = "fp32"
     policy: str = "strict"
     baselines: tuple[str, ...] = ("eager", "compile")
@@ -77,10 +85,20 @@ class EvalConfig:
             raise ValueError(f"unknown baselines {sorted(unknown)}; use 'eager' and/or 'compile'")
         if self.baseline_workers < 1:
             raise ValueError("baseline_workers must be >= 1")
+        if not 0.0 <= self.device_bound_issue_ratio <= 1.0:
+            raise ValueError("device_bound_issue_ratio must be in [0, 1]")
         if not 0.0 <= self.baseline_agreement < 0.5:
             raise ValueError("baseline_agreement must be in [0, 0.5)")
         if self.correctness_trials < 2:
             raise ValueError("correctness_trials must be >= 2 (one draw cannot detect caching)")
+
+    def device_bound(self, method: str | None, detail: dict | None) -> bool:
+        """Whether a timing (its `TimingStats.method` and `.detail`) is device-bound, as defined at
+        `device_bound_issue_ratio`: held, and issued in less than that fraction of its device time."""
+        detail = detail or {}
+        device_ms, issue_ms = detail.get("held_device_ms"), detail.get("held_issue_ms")
+        return (method == "cuda_event_held" and bool(device_ms) and issue_ms is not None
+                and issue_ms < self.device_bound_issue_ratio * device_ms)
 
     def replace(self, **changes) -> "EvalConfig":
         return dataclasses.replace(self, **changes)

@@ -46,6 +46,13 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("CUDA_GYM_CACHE") or Path.home() / ".cache" / "cuda_gym")
 
 
+def _device_bound(samples: dict[str, list[dict[str, Any]]], config: EvalConfig) -> bool:
+    """One worker timed every baseline and each of its times is device-bound
+    (`EvalConfig.device_bound_issue_ratio`): another fresh worker would measure the same."""
+    return all(len(stats) == 1 and config.device_bound(stats[0].get("method"), stats[0].get("detail"))
+               for stats in samples.values())
+
+
 def _workers_agree(samples: dict[str, list[dict[str, Any]]], config: EvalConfig) -> bool:
     """Two workers timed every baseline and their medians are within `baseline_agreement` of each other."""
     for times in samples.values():
@@ -236,7 +243,8 @@ class Evaluator:
         self._judge(task, candidate, backend, config, env, result)
         if result.correct and result.candidate_time:
             self._set_speedups(result, config)
-            if before_judging is not None and claims_milestone(result):
+            if (before_judging is not None and claims_milestone(result)
+                    and not config.device_bound(result.candidate_time.method, result.candidate_time.detail)):
                 self._confirm(task, candidate, backend, config, env, result, before_judging)
 
     def _confirm(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],
@@ -454,6 +462,8 @@ class Evaluator:
             profiles: dict[str, list[Any]] = {name: [] for name in config.baselines}  # beside samples
             errors = []
             for started in range(config.baseline_workers):
+                if started == 1 and _device_bound(samples, config):
+                    break
                 if started == 2 and config.baseline_workers == 3 and _workers_agree(samples, config):
                     break
                 measured, error = measure_once()

@@ -90,7 +90,8 @@ def _allow_worker_processes() -> None:
 
 
 def _mp_context() -> Any:
-    """The fork-server context; the server imports torch and the worker code once, CUDA never."""
+    """The fork-server context; the server imports torch, the worker code and torch.compile's
+    compiler once (preload.py), CUDA never."""
     global _context
     _allow_worker_processes()
     with _context_lock:
@@ -99,7 +100,7 @@ def _mp_context() -> Any:
             # server (some torch modules query it at import) would poison every forked worker.
             os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["cuda_gym.eval.worker"])
+            ctx.set_forkserver_preload(["cuda_gym.eval.worker", "cuda_gym.eval.preload"])
             _install_main_module_guard()
             _context = ctx
         return _context
