@@ -45,12 +45,12 @@ class EvalConfig:
     # baseline, a second fresh eval worker judges it again (correctness included) and the slower time
     # stands. On level-3 models a process's timing moves 20-50% against another's, held or open
     # (H200: paired_timing_cuda_h200_2026-12-02.json, the level-3 sweeps), so one lucky process would
-    # earn the reference itself a milestone; a small device-bound op pays one more warm worker (~1.5 s).
+    # earn the reference itself a milestone (a device-bound claim is not judged again: device_bound_issue_ratio).
     confirm_faster: bool = True
     # A CUDA timing is device-bound when its calls were held (queued behind the timer's hold kernel)
     # and issuing one took the host less than this fraction of its device time: the host's speed
-    # cannot move it. On the H200 two fresh workers' device-bound medians agreed within 0.5% on all
-    # 52 such timings of the level 1-3 sweeps, while host-bound ones moved up to 1.9x
+    # cannot move it. On the H200 two fresh workers' device-bound medians agreed within 0.4% on all
+    # 35 such timings of the level-3 and level-1/2 sweeps, while host-bound ones moved up to 1.9x
     # (benchmarks/results/kernelbench_sweep_cuda_h200_2026-12-02_*.json). A baseline whose first worker
     # timed it device-bound is not timed again, and a device-bound milestone claim is not confirmed
     # again; host-bound timings keep every worker. 0 turns this off.
