@@ -529,10 +529,12 @@ class _PhaseClock:
         self.phases: dict[str, float] = {}
         self._last = _perf_counter()
 
-    def mark(self, name: str) -> None:
+    def mark(self, name: str) -> float:
+        """Ends the phase `name` now; returns its seconds."""
         now = _perf_counter()
-        self.phases[name] = round(now - self._last, 4)
+        self.phases[name] = now - self._last
         self._last = now
+        return self.phases[name]
 
 
 def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
@@ -562,11 +564,9 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
         # Compiled before the tamper check is armed: its tripwire denies the frame lookups that
         # inductor's first import makes (torch.jit.script_method), as it would a candidate's.
         compiled = torch.compile(model)
-        started = _perf_counter()
         with torch.no_grad():
             compiled(*[_clone(v) for v in setup.timing_sets[0]])
-        result["compile_warmup_s"] = _perf_counter() - started
-        clock.mark("compile_warmup")
+        result["compile_warmup_s"] = clock.mark("compile_warmup")
     guard.count_native_calls()
     guard.TamperCheck(device, "permissive")  # armed as for a candidate
     if "eager" in config["baselines"]:
@@ -639,11 +639,12 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
     config = job["config"]
     policy = config["policy"]
     started = _perf_counter()
+    clock = _PhaseClock()
     setup = _setup_or_error(channel, job, device)
     if setup is None:
         return
     plan = setup.plan
-    parts = {"setup": _perf_counter() - started}
+    clock.mark("setup")
     arrays: list[np.ndarray] = []
     specs: list[list[dict]] = []
     trusted_samples: list[list[np.ndarray]] = []  # the reference's own values, for a recomputed reference
@@ -656,20 +657,20 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
 
     try:
         setup.prepare_trials(describe)
-        parts["describe"] = _perf_counter() - started - sum(parts.values())
+        clock.mark("describe")
         setup.prepare_timing_sets()
         probe = _Probe(secrets.randbits(62))
         variants, timing_checksums = _reference_checksums(setup, config, probe)
     except BaseException as exc:  # noqa: BLE001
         _reference_failed(channel, exc, device, plan)
         return
-    parts["checksums"] = _perf_counter() - started - sum(parts.values())
+    clock.mark("checksums")
     memory.scrub_freed(device, setup.output_nbytes)  # no freed reference output reaches the candidate
     channel.send("reference", {"limits_not_applied": job.get("limits_not_applied", []),
                                "distributions": setup.distributions, "outputs": specs,
                                "timing_checksums": timing_checksums, "memory": plan.to_meta(),
                                "seconds": _perf_counter() - started,
-                               "parts_s": parts}, arrays)
+                               "parts_s": clock.phases}, arrays)
     del arrays, specs, timing_checksums
 
     fastbuild.install()
