@@ -166,13 +166,24 @@ def _record_timed(row: dict, result, knobs: dict, seconds: float | None = None) 
         row["b_flags"] = list(result.flags)
 
 
+def _carried(previous: dict[str, dict], task_id: str, knobs: dict, phase: str) -> dict:
+    """The fields of phase `phase` ("a" or "b") that a previous run's row holds for `task_id` when it
+    judged the same configuration, else {}."""
+    row = previous.get(task_id) or {}
+    if f"{phase}_error_code" not in row or row.get(f"{phase}_knobs") != knobs:
+        return {}
+    return {k: v for k, v in row.items() if k.startswith(f"{phase}_")}
+
+
 def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_share: float = 0.75,
               tune: int = 3, judge_config=None, write: Callable[[str, dict], None] | None = None,
-              log: Callable[[str], None] = print) -> dict[str, dict]:
+              log: Callable[[str], None] = print, previous: dict[str, dict] | None = None) -> dict[str, dict]:
     """Plan `tasks`, run phase A (check judge) and phase B (`judge_config`, default `EvalConfig()`)
     and the tuning within `time_budget_s` seconds from the call; returns the rows (module docstring).
     `write(phase, rows)` is called after every verdict. Phase B starts a task only when the time
-    left exceeds the longest phase B task so far, so the run ends near the budget."""
+    left exceeds the longest phase B task so far, so the run ends near the budget. `previous` (the
+    `tasks` of an earlier result) resumes it: a phase A or B verdict it holds for the configuration
+    judged now (same knobs; the templates' source is assumed unchanged) is kept, not judged again."""
     from tqdm import tqdm
 
     from agents.template_agent import KnobSpace, render_candidate
@@ -191,13 +202,22 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
     write("planned", rows)
 
     # Phase A: every covered task's default configuration under the check judge, all queued at once.
+    previous = previous or {}
     sources: dict[str, tuple[str, dict]] = {}
     futures = {}
     for task_id in round_robin(plans):
         space = KnobSpace.for_plan(plans[task_id])
         knobs = space.values(space.default())
         sources[task_id] = (render_candidate(plans[task_id], knobs), knobs)
+        carried = _carried(previous, task_id, knobs, "a")
+        if carried:
+            rows[task_id].update(carried)
+            rows[task_id].update(_carried(previous, task_id, knobs, "b"))
+            continue
         futures[evaluator.submit(by_id[task_id], sources[task_id][0], backend=backend, config=config_a)] = task_id
+    if previous:
+        log(f"resumed: {len(plans) - len(futures)} phase A verdicts and "
+            f"{sum('b_error_code' in r for r in rows.values())} phase B verdicts kept")
     pending = set(futures)
     with tqdm(total=len(futures), desc="phase A (check)", unit="task", file=sys.stdout) as bar:
         while pending and time.monotonic() < phase_a_end:
@@ -220,7 +240,8 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
         f"{sum(bool(r.get('a_correct')) for r in rows.values())} correct, {time.monotonic() - started:.0f} s")
 
     # Phase B: the recommended judge, one task at a time, alternating groups so each is represented.
-    order = round_robin([task_id for task_id, row in rows.items() if row.get("a_correct")])
+    order = round_robin([task_id for task_id, row in rows.items() if row.get("a_correct")
+                         and "b_error_code" not in row])
     longest = 0.0
     for task_id in tqdm(order, desc="phase B (timed)", unit="task", file=sys.stdout):
         if deadline - time.monotonic() < max(longest, 1.0):
@@ -278,7 +299,15 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=0, help="at most this many tasks per suite (0: all)")
     parser.add_argument("--out", default=os.environ.get("OUT") or "cuda_gym_results")
     parser.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--resume", default=None,
+                        help="an earlier result JSON: its verdicts for the configurations judged now are kept")
     args = parser.parse_args()
+    previous = None
+    if args.resume:
+        try:
+            previous = json.loads(Path(args.resume).read_text())["tasks"]
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"--resume {args.resume}: not a template agent result ({exc})")
     if not 0.0 < args.phase_a_share <= 1.0:
         parser.error("--phase-a-share must be in (0, 1]")
     started = time.monotonic()
@@ -306,7 +335,7 @@ def main() -> int:
             "time_budget_s": args.time_budget, "phase_a_share": args.phase_a_share, "host": platform.node(),
             "python": platform.python_version(),
             "phase_a_config": dataclasses.asdict(judge.for_check()),
-            "phase_b_config": dataclasses.asdict(judge)}
+            "phase_b_config": dataclasses.asdict(judge), "resumed_from": args.resume}
 
     def write(phase: str, rows: dict) -> None:
         payload = {**meta, "phase": phase, "elapsed_s": round(time.monotonic() - started, 1),
@@ -322,7 +351,7 @@ def main() -> int:
         remaining = args.time_budget - (time.monotonic() - started)
         rows = run_sweep(evaluator, tasks, backend=args.backend, time_budget_s=remaining,
                          phase_a_share=args.phase_a_share, tune=args.tune, judge_config=judge, write=write,
-                         log=lambda line: print(line, flush=True))
+                         log=lambda line: print(line, flush=True), previous=previous)
     write("done", rows)
     for name, entry in summarize(rows).items():
         print(f"{name:<16} tasks {entry['tasks']:>3} covered {entry['covered']:>3} judged {entry['judged']:>3} "

@@ -43,7 +43,7 @@ def test_expressions_render_to_c():
 def test_templates_are_found_and_document_their_knobs():
     folder = template_dir()
     for name in ("common.h", "elementwise.cuh", "elementwise.hpp", "reduce.cuh", "reduce.hpp", "gemm.cuh", "gemm.hpp",
-                 "gemm_cublas.cuh", "conv.cuh", "conv.hpp"):
+                 "gemm_cublas.cuh", "conv_cudnn.cuh", "conv.cuh", "conv.hpp"):
         text = (folder / name).read_text()
         assert text.startswith("//") and ("Knobs" in text or name == "common.h"), name
 
@@ -246,6 +246,16 @@ def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator)
         _geomean([rows[t]["b_speedup_vs_eager"] for t in ("builtin/L1/gelu", "builtin/L1/argmax_dim")]))
     assert entry["compile_measured"] == 0 and entry["geomean_speedup_vs_compile"] is None
 
+    # resumed from these rows: nothing is judged again; a row whose knobs differ is judged again
+    previous = {task_id: dict(row) for task_id, row in rows.items()}
+    previous["builtin/L1/argmax_dim"]["a_knobs"] = {**previous["builtin/L1/argmax_dim"]["a_knobs"], "red_block": -1}
+    again = _RecordingEvaluator(cpu_evaluator)
+    resumed = run_sweep(again, tasks, backend="cpu", time_budget_s=600, tune=0, judge_config=cpu_evaluator.config,
+                        log=lambda line: None, previous=previous)
+    assert len(again.submitted) == 1 and len(again.evaluated) == 1  # argmax_dim only, in phase A and B
+    assert resumed["builtin/L1/gelu"]["b_ms"] == rows["builtin/L1/gelu"]["b_ms"]
+    assert resumed["builtin/L1/argmax_dim"]["a_correct"] and resumed["builtin/L1/argmax_dim"]["b_correct"]
+
 
 def test_sweep_cut_by_the_phase_a_share_keeps_every_row():
     from concurrent.futures import Future
@@ -397,3 +407,31 @@ def test_cuda_conv_kernel_emulated_on_cpu(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     errors = [float(v) for v in run.stdout.split()[1:]]
     assert len(errors) == 2 and max(errors) < 1e-4, run.stdout  # implicit GEMM, transposed
+
+
+def test_cuda_convs_default_to_cudnn_and_the_source_compiles(tmp_path):
+    """A forward conv's default on CUDA is cuDNN + one epilogue pass; the implicit GEMM stays a knob
+    value. nvcc (no GPU needed) compiles the rendered source when it is installed."""
+    import shutil
+    import subprocess
+
+    plan = plan_task(get_task("builtin/L2/conv2d_group_norm_tanh"), "cuda")
+    space = KnobSpace.for_plan(plan)
+    impl = [k.name for k in space.knobs].index("conv_impl")
+    assert space.masks[impl] == [True, True] and space.values(space.default())["conv_impl"] == "cudnn"
+    source, _, _, _ = render_kernels(plan, space.values(space.default()))
+    assert "cg_conv_cudnn<256" in source and "cudnnConvolutionForward" in source
+    action = list(space.default())
+    action[impl] = 0
+    template_source, _, _, _ = render_kernels(plan, space.values(tuple(action)))
+    assert "cg_conv_cudnn" not in template_source and "cg_conv<" in template_source
+    # plans with no forward conv never see the knob
+    gelu = KnobSpace.for_plan(plan_task(get_task("builtin/L1/gelu"), "cuda"))
+    assert sum(gelu.masks[[k.name for k in gelu.knobs].index("conv_impl")]) == 1
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found")
+    path = tmp_path / "candidate.cu"
+    path.write_text(source)
+    build = subprocess.run(["nvcc", "-std=c++17", "-c", str(path), "-o", str(tmp_path / "candidate.o")],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
