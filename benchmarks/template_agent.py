@@ -166,11 +166,15 @@ def _record_timed(row: dict, result, knobs: dict, seconds: float | None = None) 
         row["b_flags"] = list(result.flags)
 
 
-def _carried(previous: dict[str, dict], task_id: str, knobs: dict, phase: str) -> dict:
+def _carried(previous: dict[str, dict], task_id: str, knobs: dict, free: set[str], phase: str) -> dict:
     """The fields of phase `phase` ("a" or "b") that a previous run's row holds for `task_id` when it
-    judged the same configuration, else {}."""
+    judged the same configuration, else {}. A knob the earlier run did not have yet counts as the same
+    when the plan cannot change it (`free` names the knobs it can)."""
     row = previous.get(task_id) or {}
-    if f"{phase}_error_code" not in row or row.get(f"{phase}_knobs") != knobs:
+    old = row.get(f"{phase}_knobs")
+    if f"{phase}_error_code" not in row or not isinstance(old, dict):
+        return {}
+    if any(old.get(k, v) != v for k, v in knobs.items()) or any(k not in old for k in free):
         return {}
     return {k: v for k, v in row.items() if k.startswith(f"{phase}_")}
 
@@ -209,10 +213,11 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
         space = KnobSpace.for_plan(plans[task_id])
         knobs = space.values(space.default())
         sources[task_id] = (render_candidate(plans[task_id], knobs), knobs)
-        carried = _carried(previous, task_id, knobs, "a")
+        free = {k.name for k, mask in zip(space.knobs, space.masks) if sum(mask) > 1}
+        carried = _carried(previous, task_id, knobs, free, "a")
         if carried:
             rows[task_id].update(carried)
-            rows[task_id].update(_carried(previous, task_id, knobs, "b"))
+            rows[task_id].update(_carried(previous, task_id, knobs, free, "b"))
             continue
         futures[evaluator.submit(by_id[task_id], sources[task_id][0], backend=backend, config=config_a)] = task_id
     if previous:
