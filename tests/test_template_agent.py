@@ -248,7 +248,7 @@ def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator)
 
     # resumed from these rows: nothing is judged again; a row whose knobs differ is judged again
     previous = {task_id: dict(row) for task_id, row in rows.items()}
-    previous["builtin/L1/argmax_dim"]["a_knobs"] = {**previous["builtin/L1/argmax_dim"]["a_knobs"], "red_block": -1}
+    previous["builtin/L1/argmax_dim"]["a_knobs"] = {**previous["builtin/L1/argmax_dim"]["a_knobs"], "red_rows": -1}
     again = _RecordingEvaluator(cpu_evaluator)
     resumed = run_sweep(again, tasks, backend="cpu", time_budget_s=600, tune=0, judge_config=cpu_evaluator.config,
                         log=lambda line: None, previous=previous)
@@ -410,8 +410,8 @@ def test_cuda_conv_kernel_emulated_on_cpu(tmp_path):
 
 
 def test_cuda_convs_default_to_cudnn_and_the_source_compiles(tmp_path):
-    """A forward conv's default on CUDA is cuDNN + one epilogue pass; the implicit GEMM stays a knob
-    value. nvcc (no GPU needed) compiles the rendered source when it is installed."""
+    """A conv's default on CUDA is cuDNN + one epilogue pass (backward data for a transposed one); the
+    template kernels stay a knob value. nvcc (no GPU needed) compiles the rendered source when it is installed."""
     import shutil
     import subprocess
 
@@ -425,13 +425,20 @@ def test_cuda_convs_default_to_cudnn_and_the_source_compiles(tmp_path):
     action[impl] = 0
     template_source, _, _, _ = render_kernels(plan, space.values(tuple(action)))
     assert "cg_conv_cudnn" not in template_source and "cg_conv<" in template_source
-    # plans with no forward conv never see the knob
+    # where cuDNN refuses a shape, the template kernel runs instead (same call site)
+    assert "cg_cudnn_or(cg_conv_cudnn<256" in source and "[&] { return cg_conv<" in source
+    transposed = plan_task(get_task("builtin/L1/conv_transpose2d"), "cuda")
+    tspace = KnobSpace.for_plan(transposed)
+    transposed_source, _, _, _ = render_kernels(transposed, tspace.values(tspace.default()))
+    assert "cg_conv_transpose_cudnn<256" in transposed_source and "return cg_conv_transpose<" in transposed_source
+    # plans with no conv never see the knob
     gelu = KnobSpace.for_plan(plan_task(get_task("builtin/L1/gelu"), "cuda"))
     assert sum(gelu.masks[[k.name for k in gelu.knobs].index("conv_impl")]) == 1
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")
-    path = tmp_path / "candidate.cu"
-    path.write_text(source)
-    build = subprocess.run(["nvcc", "-std=c++17", "-c", str(path), "-o", str(tmp_path / "candidate.o")],
-                           capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr[-3000:]
+    for name, text in (("conv", source), ("conv_transpose", transposed_source)):
+        path = tmp_path / f"{name}.cu"
+        path.write_text(text)
+        build = subprocess.run(["nvcc", "-std=c++17", "-c", str(path), "-o", str(tmp_path / f"{name}.o")],
+                               capture_output=True, text=True, timeout=300)
+        assert build.returncode == 0, (name, build.stderr[-3000:])

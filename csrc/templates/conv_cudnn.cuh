@@ -1,10 +1,13 @@
-// Template: cuDNN convolution (fp32, FMA math: no TF32) followed by the epilogue in one pass (CUDA).
+// Template: cuDNN convolution and transposed convolution (fp32, FMA math: no TF32) followed by the
+// epilogue in one pass (CUDA).
 //
-// Same contract as conv.cuh's cg_conv (y[index] = E(conv(x, w)[index], index), contiguous NC(D)(H)(W)
-// fp32, any stride, padding, dilation and groups; a conv bias is an epilogue operand). The convolution
-// is cudnnConvolutionForward with the fastest FMA-math algorithm that cudnnFindConvolutionForwardAlgorithm
-// measures for the shape (once per process and shape), then an elementwise pass applies E in place
-// (skipped when the epilogue is the identity).
+// cg_conv_cudnn: same contract as conv.cuh's cg_conv (y[index] = E(conv(x, w)[index], index), contiguous
+// NC(D)(H)(W) fp32, any stride, padding, dilation and groups; a conv bias is an epilogue operand), by
+// cudnnConvolutionForward. cg_conv_transpose_cudnn: same contract as cg_conv_transpose (weight
+// [c, oc/groups, kd, kh, kw]; output_padding is in the output extents), by cudnnConvolutionBackwardData,
+// the transposed convolution being the data gradient of the convolution from y's shape to x's.
+// Each uses the fastest FMA-math algorithm cuDNN's Find measures for the shape (once per process and
+// call site), then an elementwise pass applies E in place (skipped when the epilogue is the identity).
 //
 // cuDNN is reached through the library PyTorch has already loaded (dlopen of libcudnn.so.9, then
 // libcudnn.so), with the few entry points this template needs declared here, so the candidate builds
@@ -13,7 +16,8 @@
 //
 // Knobs: EPI_BLOCK (threads of the epilogue pass) in {128, 256, 512, 1024}.
 // Returns 0, a CUDA error code, 20000 + a cuDNN status, or 29999 when cuDNN cannot be loaded or no
-// FMA-math algorithm runs the shape.
+// FMA-math algorithm runs the shape. cg_cudnn_or(rc, fallback) runs `fallback` (the template kernel)
+// when rc says cuDNN refused the shape, so a candidate stays correct where cuDNN has no algorithm.
 #pragma once
 #include "common.h"
 #include <dlfcn.h>
@@ -46,6 +50,9 @@ struct Api {
     int (*find_fwd)(Handle, Desc, Desc, Desc, Desc, int, int*, FwdAlgoPerf*);
     int (*forward)(Handle, const void*, Desc, const void*, Desc, const void*, Desc, int, void*, size_t, const void*,
                    Desc, void*);
+    int (*find_bwd_data)(Handle, Desc, Desc, Desc, Desc, int, int*, FwdAlgoPerf*);  // same perf layout
+    int (*backward_data)(Handle, const void*, Desc, const void*, Desc, const void*, Desc, int, void*, size_t,
+                         const void*, Desc, void*);
     bool ok;
 };
 
@@ -72,7 +79,9 @@ static const Api& api() {
                load_symbol(lib, "cudnnSetConvolutionGroupCount", &r.set_group_count) &&
                load_symbol(lib, "cudnnSetConvolutionMathType", &r.set_math_type) &&
                load_symbol(lib, "cudnnFindConvolutionForwardAlgorithm", &r.find_fwd) &&
-               load_symbol(lib, "cudnnConvolutionForward", &r.forward);
+               load_symbol(lib, "cudnnConvolutionForward", &r.forward) &&
+               load_symbol(lib, "cudnnFindConvolutionBackwardDataAlgorithm", &r.find_bwd_data) &&
+               load_symbol(lib, "cudnnConvolutionBackwardData", &r.backward_data);
         return r;
     }();
     return a;
@@ -119,7 +128,7 @@ static void* workspace(size_t bytes, int* err) {
         if (status_ != STATUS_SUCCESS) return 20000 + status_; \
     } while (0)
 
-static int prepare(Plan& p, Handle h, const CgConvShape& s) {
+static int prepare(Plan& p, Handle h, const CgConvShape& s, bool transposed) {
     const Api& a = api();
     // 1-D and 2-D convolutions pass extent 1 for the missing axes: describe them as 4-D (2 spatial axes),
     // 3-D ones as 5-D.
@@ -131,7 +140,10 @@ static int prepare(Plan& p, Handle h, const CgConvShape& s) {
     int xd[5], yd[5], wd[5], xs[5], ys[5], pa[3], st[3], di[3];
     xd[0] = (int)s.n; xd[1] = (int)s.c;
     yd[0] = (int)s.n; yd[1] = (int)s.oc;
-    wd[0] = (int)s.oc; wd[1] = (int)(s.c / s.groups);
+    // The filter as the forward convolution sees it: [out, in / groups, k...]; for the transposed one
+    // that forward convolution maps y's shape to x's, so its weight [c, oc / groups, k...] is that filter.
+    wd[0] = transposed ? (int)s.c : (int)s.oc;
+    wd[1] = transposed ? (int)(s.oc / s.groups) : (int)(s.c / s.groups);
     for (int i = 0; i < sp; ++i) {
         xd[2 + i] = (int)in_sp[off + i];
         yd[2 + i] = (int)out_sp[off + i];
@@ -160,7 +172,10 @@ static int prepare(Plan& p, Handle h, const CgConvShape& s) {
     CG_CUDNN_TRY(a.set_math_type(p.conv, FMA_MATH));
     FwdAlgoPerf perf[16];
     int returned = 0;
-    CG_CUDNN_TRY(a.find_fwd(h, p.x, p.w, p.conv, p.y, 16, &returned, perf));
+    if (transposed)
+        CG_CUDNN_TRY(a.find_bwd_data(h, p.w, p.x, p.conv, p.y, 16, &returned, perf));
+    else
+        CG_CUDNN_TRY(a.find_fwd(h, p.x, p.w, p.conv, p.y, 16, &returned, perf));
     for (int i = 0; i < returned; ++i) {  // sorted fastest first
         if (perf[i].status == STATUS_SUCCESS && perf[i].math_type == FMA_MATH) {
             p.algo = perf[i].algo;
@@ -186,8 +201,8 @@ static cg_cudnn::Handle cg_cudnn_handle() {
     return handle;
 }
 
-template <int EPI_BLOCK, bool IDENTITY_EPILOGUE, class E>
-int cg_conv_cudnn(const float* x, const float* w, float* y, const CgConvShape& s, const E& e, cudaStream_t stream) {
+template <int EPI_BLOCK, bool IDENTITY_EPILOGUE, bool TRANSPOSED, class E>
+int cg_cudnn_conv_run(const float* x, const float* w, float* y, const CgConvShape& s, const E& e, cudaStream_t stream) {
     using namespace cg_cudnn;
     if (s.n <= 0 || s.oc <= 0 || s.od * s.oh * s.ow <= 0) return 0;
     if (!api().ok) return UNAVAILABLE;
@@ -197,15 +212,19 @@ int cg_conv_cudnn(const float* x, const float* w, float* y, const CgConvShape& s
     static Plan plan;  // one per template instance, i.e. per call site
     if (!plan.ready || !same_shape(plan.shape, s)) {
         plan.ready = false;
-        int err = prepare(plan, h, s);
+        int err = prepare(plan, h, s, TRANSPOSED);
         if (err != 0) return err;
     }
     int err = 0;
     void* ws = plan.workspace ? workspace(plan.workspace, &err) : nullptr;
     if (err != 0) return err;
     const float alpha = 1.f, beta = 0.f;
-    CG_CUDNN_TRY(api().forward(h, &alpha, plan.x, x, plan.w, w, plan.conv, plan.algo, ws, plan.workspace, &beta,
-                               plan.y, y));
+    if (TRANSPOSED)
+        CG_CUDNN_TRY(api().backward_data(h, &alpha, plan.w, w, plan.x, x, plan.conv, plan.algo, ws, plan.workspace,
+                                         &beta, plan.y, y));
+    else
+        CG_CUDNN_TRY(api().forward(h, &alpha, plan.x, x, plan.w, w, plan.conv, plan.algo, ws, plan.workspace, &beta,
+                                   plan.y, y));
     if (!IDENTITY_EPILOGUE) {
         const int64_t n = s.n * s.oc * s.od * s.oh * s.ow;
         int64_t blocks = (n + EPI_BLOCK - 1) / EPI_BLOCK;
@@ -213,4 +232,20 @@ int cg_conv_cudnn(const float* x, const float* w, float* y, const CgConvShape& s
         cg_conv_epilogue_kernel<EPI_BLOCK, E><<<(unsigned)blocks, EPI_BLOCK, 0, stream>>>(y, n, e);
     }
     return (int)cudaGetLastError();
+}
+
+template <int EPI_BLOCK, bool IDENTITY_EPILOGUE, class E>
+int cg_conv_cudnn(const float* x, const float* w, float* y, const CgConvShape& s, const E& e, cudaStream_t stream) {
+    return cg_cudnn_conv_run<EPI_BLOCK, IDENTITY_EPILOGUE, false>(x, w, y, s, e, stream);
+}
+
+template <int EPI_BLOCK, bool IDENTITY_EPILOGUE, class E>
+int cg_conv_transpose_cudnn(const float* x, const float* w, float* y, const CgConvShape& s, const E& e,
+                            cudaStream_t stream) {
+    return cg_cudnn_conv_run<EPI_BLOCK, IDENTITY_EPILOGUE, true>(x, w, y, s, e, stream);
+}
+
+template <class F>
+int cg_cudnn_or(int rc, F fallback) {
+    return rc >= 20000 ? fallback() : rc;
 }
