@@ -317,6 +317,13 @@ class _Tracer:
 
         if not isinstance(obj, torch.Tensor):
             raise Unsupported(f"attribute {target} is not a tensor")
+        if target.startswith("_tensor_constant"):
+            # fx's name for a tensor the forward builds (`torch.tensor(self.value)`): the emitted ModelNew
+            # has no such attribute, so a one-element constant is inlined and any other is not covered.
+            if obj.numel() != 1 or obj.is_meta or not obj.is_floating_point():
+                raise Unsupported(f"the forward builds a tensor constant ({tuple(obj.shape)}, {obj.dtype}) "
+                                  "that is not a floating-point scalar")
+            return _Value(tuple(obj.shape), ("c", float(obj.item())), [])
         if obj.dtype != torch.float32:
             raise Unsupported(f"parameter {target} is {obj.dtype}, the templates are fp32")
         return self._leaf(Buffer(_attr_ref(target), tuple(obj.shape), kind="param"))

@@ -442,3 +442,42 @@ def test_cuda_convs_default_to_cudnn_and_the_source_compiles(tmp_path):
         build = subprocess.run(["nvcc", "-std=c++17", "-c", str(path), "-o", str(tmp_path / f"{name}.o")],
                                capture_output=True, text=True, timeout=300)
         assert build.returncode == 0, (name, build.stderr[-3000:])
+
+
+_SCALAR_CONSTANT_TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, channels, constant_value):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3)
+        self.constant_value = constant_value
+
+    def forward(self, x):
+        return torch.min(self.conv(x), torch.tensor(self.constant_value)) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 10, 10)]
+
+
+def get_init_inputs():
+    return [8, 0.25]
+'''
+
+
+def test_a_scalar_tensor_built_in_the_forward_is_inlined(cpu_evaluator):
+    """`torch.tensor(self.value)` in the forward (KernelBench L2/31) becomes fx's `_tensor_constant0`,
+    which the emitted ModelNew does not have: the planner inlines it as a constant."""
+    from cuda_gym.tasks import task_from_source
+
+    task = task_from_source(_SCALAR_CONSTANT_TASK, task_id="test/L2/conv_min_constant", level=2,
+                            name="conv_min_constant")
+    plan = plan_task(task, "cpu")
+    assert plan.stage_kinds == ["conv"] and ("c", 0.25) in plan.stages[0].epilogue[2]
+    source = render_candidate(plan, KnobSpace.for_plan(plan).values(KnobSpace.for_plan(plan).default()))
+    assert "_tensor_constant" not in source
+    result = cpu_evaluator.evaluate(task, source)
+    assert result.correct, (result.error_code, result.message)
