@@ -1465,9 +1465,16 @@ def sb3_policy(model_path: str, deterministic: bool = False) -> PolicyFactory:
         model = PPO.load(model_path, device="cpu")
         masked = False
 
+    trained_nvec = [int(n) for n in getattr(model.action_space, "nvec", [])]
+
     def factory(plan: Plan, task: Any, space: KnobSpace) -> Callable[[], Sequence[int]]:
         import numpy as np
 
+        if trained_nvec != list(space.nvec):
+            raise ValueError(f"the SB3 model {model_path} acts on {len(trained_nvec)} knobs {trained_nvec}, but the "
+                             f"{plan.backend} knob space has {len(space.nvec)} {list(space.nvec)} "
+                             f"({', '.join(k.name for k in space.knobs)}); it was trained on another knob space: "
+                             "train a new one with agents/schedule_ppo.py")
         observation = plan_features(plan, task.level)
         mask = np.asarray(space.flat_mask(), dtype=bool)
 
@@ -1480,4 +1487,5 @@ def sb3_policy(model_path: str, deterministic: bool = False) -> PolicyFactory:
 
         return propose
 
+    factory.trained_nvec = trained_nvec
     return factory

@@ -188,6 +188,54 @@ def test_solve_command_rejects_bad_arguments(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_solve_command_rejects_a_model_trained_on_another_knob_space(tmp_path, capsys):
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3 import PPO
+
+    from cuda_gym.cli import main
+
+    class OtherSpace(gym.Env):  # a knob space of three knobs, unlike any backend's
+        observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        action_space = gym.spaces.MultiDiscrete([2, 3, 4])
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(4, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(4, np.float32), 0.0, True, False, {}
+
+    path = tmp_path / "other.zip"
+    PPO("MlpPolicy", OtherSpace(), n_steps=8, batch_size=8, device="cpu").save(path)
+    assert main(["solve", "--tasks", "builtin/L1/gelu", "--sb3-model", str(path), "--backend", "cpu",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "acts on 3 knobs" in err and "train a new one" in err
+
+    # a model on the backend's own knob space proposes valid actions
+    from agents.template_agent import sb3_policy
+    from cuda_gym.envs.schedule_env import FEATURES
+
+    space = KnobSpace.for_plan(plan_task(get_task("builtin/L1/gelu"), "cpu"))
+
+    class CpuSpace(OtherSpace):
+        observation_space = gym.spaces.Box(-8.0, 64.0, (len(FEATURES),), np.float32)
+        action_space = gym.spaces.MultiDiscrete(space.nvec)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(len(FEATURES), np.float32), {}
+
+        def step(self, action):
+            return np.zeros(len(FEATURES), np.float32), 0.0, True, False, {}
+
+    PPO("MlpPolicy", CpuSpace(), n_steps=8, batch_size=8, device="cpu").save(path)
+    factory = sb3_policy(str(path))
+    plan = plan_task(get_task("builtin/L1/gelu"), "cpu")
+    assert factory.trained_nvec == space.nvec
+    action = factory(plan, get_task("builtin/L1/gelu"), space)()
+    assert len(action) == len(space.nvec) and all(0 <= a < n for a, n in zip(action, space.nvec))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("task_id", CPU_CORRECTNESS + ["builtin/L1/softmax", "builtin/L1/matmul"])
 def test_rendered_candidates_are_correct_on_cuda(cuda_evaluator, task_id):
