@@ -91,6 +91,7 @@ static const Api& api() {
 // one call site, so one shape; the shape is checked on every call all the same).
 struct Plan {
     bool ready = false;
+    int refused = 0;  // the cuDNN status (+ 20000) that refused `shape`, so it is not asked again
     CgConvShape shape{};
     Desc x = nullptr, w = nullptr, y = nullptr, conv = nullptr;
     int algo = 0;
@@ -211,9 +212,17 @@ int cg_cudnn_conv_run(const float* x, const float* w, float* y, const CgConvShap
     CG_CUDNN_TRY(api().set_stream(h, stream));
     static Plan plan;  // one per template instance, i.e. per call site
     if (!plan.ready || !same_shape(plan.shape, s)) {
+        if (plan.refused != 0 && same_shape(plan.shape, s)) return plan.refused;
         plan.ready = false;
+        plan.refused = 0;
         int err = prepare(plan, h, s, TRANSPOSED);
-        if (err != 0) return err;
+        if (err != 0) {
+            if (err >= 20000) {  // cuDNN said no for this shape: the caller's fallback runs from now on
+                plan.shape = s;
+                plan.refused = err;
+            }
+            return err;
+        }
     }
     int err = 0;
     void* ws = plan.workspace ? workspace(plan.workspace, &err) : nullptr;
