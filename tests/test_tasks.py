@@ -77,3 +77,59 @@ def test_cli_lists_builtin_tasks():
                                check=True).stdout
     for command in ("tasks", "eval", "run"):
         assert command in help_text
+
+
+_DEGENERATE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """The mean of a group-normalised tensor: exactly 0 in real arithmetic, rounding noise in fp32."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.GroupNorm(4, 16)
+
+    def forward(self, x):
+        return self.norm(x).mean(dim=[1, 2, 3])
+
+
+def get_inputs():
+    return [torch.randn(8, 16, 12, 12)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+_WELL_CONDITIONED = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+
+def get_inputs():
+    return [torch.randn(64, 128), torch.randn(128, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_reference_conditioning_finds_a_reference_that_is_rounding_noise():
+    from benchmarks.reference_conditioning import measure
+    from cuda_gym.eval import EvalConfig
+
+    tolerance = EvalConfig(precision="fp32").rel_norm_tolerance
+    noisy = measure(task_from_source(_DEGENERATE, task_id="t/L2/gn_mean", level=2, name="gn_mean"), "cpu", "cpu", 1.0)
+    assert noisy["ref_rel_error"] > 100 * tolerance and noisy["ref64_norm"] < 1e-10 < noisy["ref32_norm"], noisy
+    sound = measure(task_from_source(_WELL_CONDITIONED, task_id="t/L1/mm", level=1, name="mm"), "cpu", "cpu", 1.0)
+    assert sound["ref_rel_error"] < tolerance / 10, sound
+    skipped = measure(task_from_source(_WELL_CONDITIONED, task_id="t/L1/mm", level=1, name="mm"), "cpu", "cpu", 1e-6)
+    assert "over --max-input-gib" in skipped["skipped"]
