@@ -12,7 +12,7 @@ INCORRECT. This lists those tasks. It changes no verdict.
 
 Per task: `ref_rel_error` = ||ref32 - ref64|| / ||ref64|| over all outputs, `ref64_norm`,
 `ref32_norm`, `seconds`, or `skipped` with the reason (inputs over --max-input-gib, a model that does
-not run in float64). The summary counts tasks whose `ref_rel_error` exceeds the fp32 policy's
+not run in float64, over --task-timeout on the CPU). The summary counts tasks whose `ref_rel_error` exceeds the fp32 policy's
 tolerance. Results are written after every task; `--resume` skips the tasks a file already holds.
 """
 from __future__ import annotations
@@ -77,6 +77,35 @@ def measure(task, backend: str, device: str, max_input_gib: float) -> dict:
             "input_gib": round(gib, 4), "seconds": round(time.monotonic() - started, 2)}
 
 
+def _measure_child(send, task, backend: str, device: str, max_input_gib: float) -> None:
+    try:
+        send.send(measure(task, backend, device, max_input_gib))
+    except Exception as exc:  # noqa: BLE001 - reported as the task's row
+        send.send({"skipped": f"{type(exc).__name__}: {str(exc)[:200]}"})
+
+
+def measure_with_limit(task, backend: str, device: str, max_input_gib: float, limit_s: float) -> dict:
+    """`measure` in a spawned child that is killed after `limit_s` seconds (CPU only: float64
+    convolutions on the CPU can take minutes; a forked child could hang in the parent's OpenMP
+    pool). On CUDA, or with no limit, it runs in this process."""
+    import multiprocessing
+
+    if device != "cpu" or limit_s <= 0:
+        return measure(task, backend, device, max_input_gib)
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_measure_child, args=(send, task, backend, device, max_input_gib), daemon=True)
+    process.start()
+    try:
+        if receive.poll(limit_s):
+            return receive.recv()
+        return {"skipped": f"not done within --task-timeout {limit_s:g} s"}
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernelbench", default=os.environ.get("CUDA_GYM_KERNELBENCH"),
@@ -85,6 +114,8 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--max-input-gib", type=float, default=1.0,
                         help="skip tasks whose inputs are larger (default 1 GiB: float64 doubles them)")
+    parser.add_argument("--task-timeout", type=float, default=60.0,
+                        help="seconds per task on the CPU before it is skipped (default 60; 0: none)")
     parser.add_argument("--max-minutes", type=float, default=0.0, help="stop starting tasks after this (0: no limit)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--resume", default=None, help="an earlier result file: its tasks are kept, not run again")
@@ -128,7 +159,7 @@ def main() -> int:
             print(f"stopped after {args.max_minutes} min; resume with --resume {out}", flush=True)
             break
         try:
-            rows[task.id] = measure(task, backend, args.device, args.max_input_gib)
+            rows[task.id] = measure_with_limit(task, backend, args.device, args.max_input_gib, args.task_timeout)
         except Exception as exc:  # noqa: BLE001 - one task's failure is recorded, the scan goes on
             rows[task.id] = {"skipped": f"{type(exc).__name__}: {str(exc)[:200]}"}
         write()

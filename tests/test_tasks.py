@@ -133,3 +133,8 @@ def test_reference_conditioning_finds_a_reference_that_is_rounding_noise():
     assert sound["ref_rel_error"] < tolerance / 10, sound
     skipped = measure(task_from_source(_WELL_CONDITIONED, task_id="t/L1/mm", level=1, name="mm"), "cpu", "cpu", 1e-6)
     assert "over --max-input-gib" in skipped["skipped"]
+    from benchmarks.reference_conditioning import measure_with_limit
+
+    limited = measure_with_limit(task_from_source(_WELL_CONDITIONED, task_id="t/L1/mm", level=1, name="mm"),
+                                 "cpu", "cpu", 1.0, 60.0)
+    assert limited["ref_rel_error"] == pytest.approx(sound["ref_rel_error"])
