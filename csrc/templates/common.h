@@ -75,3 +75,18 @@ static inline bool cg_aligned(std::initializer_list<const void*> ptrs, int bytes
         if (reinterpret_cast<uintptr_t>(p) % (uintptr_t)bytes) return false;
     return true;
 }
+
+#ifdef __CUDACC__
+// y[i] = E(y[i], i) in place over n elements: the epilogue pass after a library call (cuBLAS, cuDNN).
+template <int BLOCK, class E>
+__global__ void __launch_bounds__(BLOCK) cg_epilogue_kernel(float* __restrict__ y, int64_t n, E e) {
+    for (int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (int64_t)gridDim.x * BLOCK) y[i] = e(y[i], i);
+}
+
+template <int BLOCK, class E>
+void cg_epilogue_in_place(float* y, int64_t n, const E& e, cudaStream_t stream) {
+    int64_t blocks = (n + BLOCK - 1) / BLOCK;
+    if (blocks > (1LL << 30)) blocks = 1LL << 30;
+    cg_epilogue_kernel<BLOCK, E><<<(unsigned)blocks, BLOCK, 0, stream>>>(y, n, e);
+}
+#endif

@@ -190,11 +190,6 @@ static int prepare(Plan& p, Handle h, const CgConvShape& s, bool transposed) {
 }
 }  // namespace cg_cudnn
 
-template <int BLOCK, class E>
-__global__ void __launch_bounds__(BLOCK) cg_conv_epilogue_kernel(float* __restrict__ y, int64_t n, E e) {
-    for (int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (int64_t)gridDim.x * BLOCK) y[i] = e(y[i], i);
-}
-
 static cg_cudnn::Handle cg_cudnn_handle() {
     static cg_cudnn::Handle handle = nullptr;
     if (handle == nullptr && cg_cudnn::api().ok && cg_cudnn::api().create(&handle) != cg_cudnn::STATUS_SUCCESS)
@@ -234,12 +229,7 @@ int cg_cudnn_conv_run(const float* x, const float* w, float* y, const CgConvShap
     else
         CG_CUDNN_TRY(api().forward(h, &alpha, plan.x, x, plan.w, w, plan.conv, plan.algo, ws, plan.workspace, &beta,
                                    plan.y, y));
-    if (!IDENTITY_EPILOGUE) {
-        const int64_t n = s.n * s.oc * s.od * s.oh * s.ow;
-        int64_t blocks = (n + EPI_BLOCK - 1) / EPI_BLOCK;
-        if (blocks > (1LL << 30)) blocks = 1LL << 30;
-        cg_conv_epilogue_kernel<EPI_BLOCK, E><<<(unsigned)blocks, EPI_BLOCK, 0, stream>>>(y, n, e);
-    }
+    if (!IDENTITY_EPILOGUE) cg_epilogue_in_place<EPI_BLOCK>(y, s.n * s.oc * s.od * s.oh * s.ow, e, stream);
     return (int)cudaGetLastError();
 }
 

@@ -11,11 +11,6 @@
 #include "common.h"
 #include <cublas_v2.h>
 
-template <int BLOCK, class E>
-__global__ void __launch_bounds__(BLOCK) cg_epilogue_kernel(float* __restrict__ C, int64_t n, E e) {
-    for (int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (int64_t)gridDim.x * BLOCK) C[i] = e(C[i], i);
-}
-
 static cublasHandle_t cg_cublas_handle() {
     static cublasHandle_t handle = nullptr;
     if (handle == nullptr && cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) handle = nullptr;
@@ -43,11 +38,6 @@ int cg_gemm_cublas(const float* A, const float* B, float* C, int64_t batch, int6
     s = cublasSgemmStridedBatched(h, opB, opA, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, (long long)sBb, A, (int)lda,
                                   (long long)sAb, &beta, C, (int)N, (long long)(M * N), (int)batch);
     if (s != CUBLAS_STATUS_SUCCESS) return 10000 + (int)s;
-    if (!IDENTITY_EPILOGUE) {
-        const int64_t n = batch * M * N;
-        int64_t blocks = (n + EPI_BLOCK - 1) / EPI_BLOCK;
-        if (blocks > (1LL << 30)) blocks = 1LL << 30;
-        cg_epilogue_kernel<EPI_BLOCK, E><<<(unsigned)blocks, EPI_BLOCK, 0, stream>>>(C, n, e);
-    }
+    if (!IDENTITY_EPILOGUE) cg_epilogue_in_place<EPI_BLOCK>(C, batch * M * N, e, stream);
     return (int)cudaGetLastError();
 }
