@@ -1049,6 +1049,10 @@ class KnobSpace:
     def nvec(self) -> list[int]:
         return [len(k.values) for k in self.knobs]
 
+    def free_names(self) -> set[str]:
+        """The knobs this plan can change (more than one allowed value)."""
+        return {k.name for k, mask in zip(self.knobs, self.masks) if sum(mask) > 1}
+
     def flat_mask(self) -> list[bool]:
         return [m for mask in self.masks for m in mask]
 
@@ -1467,14 +1471,18 @@ def sb3_policy(model_path: str, deterministic: bool = False) -> PolicyFactory:
 
     trained_nvec = [int(n) for n in getattr(model.action_space, "nvec", [])]
 
+    def check_space(space: KnobSpace) -> None:
+        """Raises ValueError when the model was trained on another knob space than `space`."""
+        if trained_nvec != list(space.nvec):
+            raise ValueError(f"the SB3 model {model_path} acts on {len(trained_nvec)} knobs {trained_nvec}, but the "
+                             f"knob space has {len(space.nvec)} {list(space.nvec)} "
+                             f"({', '.join(k.name for k in space.knobs)}); it was trained on another knob space: "
+                             "train a new one with agents/schedule_ppo.py")
+
     def factory(plan: Plan, task: Any, space: KnobSpace) -> Callable[[], Sequence[int]]:
         import numpy as np
 
-        if trained_nvec != list(space.nvec):
-            raise ValueError(f"the SB3 model {model_path} acts on {len(trained_nvec)} knobs {trained_nvec}, but the "
-                             f"{plan.backend} knob space has {len(space.nvec)} {list(space.nvec)} "
-                             f"({', '.join(k.name for k in space.knobs)}); it was trained on another knob space: "
-                             "train a new one with agents/schedule_ppo.py")
+        check_space(space)
         observation = plan_features(plan, task.level)
         mask = np.asarray(space.flat_mask(), dtype=bool)
 
@@ -1488,4 +1496,5 @@ def sb3_policy(model_path: str, deterministic: bool = False) -> PolicyFactory:
         return propose
 
     factory.trained_nvec = trained_nvec
+    factory.check_space = check_space
     return factory

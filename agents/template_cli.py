@@ -166,13 +166,12 @@ def run_solve(args: argparse.Namespace) -> int:
         return 2
     config = evaluator_config(args)
     with make_evaluator(args, config) as evaluator:
-        space = KnobSpace.for_plan(None, evaluator.backend)
-        if policy is not None and policy.trained_nvec != list(space.nvec):
-            print(f"error: --sb3-model {args.sb3_model} acts on {len(policy.trained_nvec)} knobs, the "
-                  f"{evaluator.backend} knob space has {len(space.nvec)} ({', '.join(k.name for k in space.knobs)}): "
-                  "it was trained on another knob space; train a new one with agents/schedule_ppo.py",
-                  file=sys.stderr)
-            return 2
+        if policy is not None:
+            try:
+                policy.check_space(KnobSpace.for_plan(None, evaluator.backend))
+            except ValueError as exc:
+                print(f"error: --sb3-model: {exc}", file=sys.stderr)
+                return 2
         agent = TemplateAgent(evaluator, evaluator.backend, seed=args.seed, eval_config=config)
         meta = {"agent": "template", "backend": evaluator.backend, "device": evaluator.device_name,
                 "budget": args.budget, "sb3_model": args.sb3_model, "date": dt.datetime.now().isoformat(timespec="seconds"),

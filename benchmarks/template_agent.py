@@ -218,11 +218,10 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
         space = KnobSpace.for_plan(plans[task_id])
         knobs = space.values(space.default())
         sources[task_id] = (render_candidate(plans[task_id], knobs), knobs)
-        free = {k.name for k, mask in zip(space.knobs, space.masks) if sum(mask) > 1}
-        carried = _carried(previous, task_id, knobs, free, "a")
+        carried = _carried(previous, task_id, knobs, space.free_names(), "a")
         if carried:
             rows[task_id].update(carried)
-            rows[task_id].update(_carried(previous, task_id, knobs, free, "b"))
+            rows[task_id].update(_carried(previous, task_id, knobs, space.free_names(), "b"))
             continue
         futures[evaluator.submit(by_id[task_id], sources[task_id][0], backend=backend, config=config_a)] = task_id
     if previous:
