@@ -1216,7 +1216,8 @@ def _render_stage(stage: Stage, knobs: dict[str, Any], backend: str) -> _Launch:
             call = f"cg_conv_transpose{tmpl}(x, w, y, shape, epi{stream_arg})"
         else:
             is_max = "true" if p["is_max"] else "false"
-            tmpl = f"<{knobs['direct_block']}, {is_max}>" if cuda else f"<{is_max}>"
+            window = f"{p['shape']['kd']}, {p['shape']['kh']}, {p['shape']['kw']}"
+            tmpl = f"<{knobs['direct_block']}, {is_max}, {window}>" if cuda else f"<{is_max}>"
             include = "true" if p["count_include_pad"] else "false"
             call = f"cg_pool{tmpl}(x, y, shape, {include}, epi{stream_arg})"
         if cuda and stage.kind in CUDNN_KINDS and knobs.get("conv_impl") == "cudnn":

@@ -484,7 +484,10 @@ def test_cuda_convs_default_to_cudnn_and_the_source_compiles(tmp_path):
     assert sum(gelu.masks[[k.name for k in gelu.knobs].index("conv_impl")]) == 1
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")
-    for name, text in (("conv", source), ("conv_transpose", transposed_source)):
+    pool = plan_task(get_task("builtin/L1/max_pool2d"), "cuda")
+    pool_source, _, _, _ = render_kernels(pool, KnobSpace.for_plan(pool).values(KnobSpace.for_plan(pool).default()))
+    assert "cg_pool<256, true, 1, 3, 3>" in pool_source  # the window is a template constant
+    for name, text in (("conv", source), ("conv_transpose", transposed_source), ("pool", pool_source)):
         path = tmp_path / f"{name}.cu"
         path.write_text(text)
         build = subprocess.run(["nvcc", "-std=c++17", "-c", str(path), "-o", str(tmp_path / f"{name}.o")],
@@ -529,3 +532,92 @@ def test_a_scalar_tensor_built_in_the_forward_is_inlined(cpu_evaluator):
     assert "_tensor_constant" not in source
     result = cpu_evaluator.evaluate(task, source)
     assert result.correct, (result.error_code, result.message)
+
+
+# The CUDA pooling kernel compiled by g++ and run on the CPU: blocks and threads one after another
+# (the kernel has no barrier), against a direct loop over each output's window, for max (with dilation)
+# and average pooling (with and without count_include_pad) in 1, 2 and 3 spatial dimensions, with
+# padding, strides past the window and planes split over several blocks of a grid narrower than the
+# planes (so the grid-stride loops are exercised).
+_POOL_EMULATION = r'''
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+#include "common.h"
+struct CgDim3 { unsigned x = 0, y = 0, z = 0; };
+CgDim3 threadIdx, blockIdx, gridDim;
+#define __global__
+#define __launch_bounds__(n)
+#define __ldg(p) (*(p))
+using std::min;
+struct CgConvShape { int64_t n, c, oc, groups, d, h, w, od, oh, ow, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw; };
+struct Ident { float operator()(float v, int64_t) const { return v; } };
+@KERNEL@
+template <bool IS_MAX, int KD, int KH, int KW> double run(const CgConvShape& s, bool include) {
+    const int64_t planes = s.n * s.c, isp = s.d * s.h * s.w, osp = s.od * s.oh * s.ow;
+    std::vector<float> x(planes * isp), y(planes * osp, NAN), r(y.size());
+    unsigned state = 3;
+    for (auto& e : x) { state = state * 1664525u + 1013904223u; e = (state >> 8) / 16777216.f - .5f; }
+    for (int64_t p = 0; p < planes; ++p) for (int64_t oz = 0; oz < s.od; ++oz) for (int64_t oy = 0; oy < s.oh; ++oy)
+    for (int64_t ox = 0; ox < s.ow; ++ox) {
+        double acc = IS_MAX ? -INFINITY : 0.0;
+        int64_t counted = 0, padded = 0;
+        for (int64_t kz = 0; kz < s.kd; ++kz) for (int64_t ky = 0; ky < s.kh; ++ky) for (int64_t kx = 0; kx < s.kw; ++kx) {
+            const int64_t iz = oz * s.sd - s.pd + kz * s.dd, iy = oy * s.sh - s.ph + ky * s.dh, ix = ox * s.sw - s.pw + kx * s.dw;
+            if (iz < s.d + s.pd && iy < s.h + s.ph && ix < s.w + s.pw) ++padded;  // inside the padded input
+            if (iz < 0 || iz >= s.d || iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+            const double v = x[p * isp + (iz * s.h + iy) * s.w + ix];
+            acc = IS_MAX ? std::max(acc, v) : acc + v;
+            ++counted;
+        }
+        if (!IS_MAX) acc /= (double)(include ? padded : counted);
+        r[p * osp + (oz * s.oh + oy) * s.ow + ox] = (float)acc;
+    }
+    constexpr int BLOCK = 64;
+    const CgPoolPlane q{(int)s.d, (int)s.h, (int)s.w, (int)s.od, (int)s.oh, (int)s.ow, (int)s.sd, (int)s.sh, (int)s.sw,
+                        (int)s.pd, (int)s.ph, (int)s.pw, (int)s.dd, (int)s.dh, (int)s.dw};
+    gridDim = {(unsigned)std::max<int64_t>(1, (osp + BLOCK - 1) / BLOCK / 2), (unsigned)std::max<int64_t>(1, planes / 2), 1};
+    for (unsigned by = 0; by < gridDim.y; ++by) for (unsigned bx = 0; bx < gridDim.x; ++bx) for (int t = 0; t < BLOCK; ++t) {
+        blockIdx = {bx, by, 0};
+        threadIdx = {(unsigned)t, 0, 0};
+        cg_pool_kernel<BLOCK, IS_MAX, KD, KH, KW, Ident>(x.data(), y.data(), q, planes, include, Ident{});
+    }
+    double err = 0;
+    for (size_t i = 0; i < y.size(); ++i) err = std::isnan(y[i]) ? INFINITY : std::fmax(err, std::fabs(y[i] - r[i]));
+    return err;
+}
+int main() {
+    // n, c, oc, groups, d, h, w, od, oh, ow, kernel, stride, padding, dilation
+    const CgConvShape max2d{2, 3, 3, 1, 1, 17, 19, 1, 7, 8, 1, 3, 3, 1, 2, 2, 0, 1, 1, 1, 2, 2};      // dilation 2
+    const CgConvShape max3d{1, 5, 5, 1, 6, 7, 5, 3, 4, 3, 2, 2, 2, 2, 2, 2, 0, 1, 1, 1, 1, 1};
+    const CgConvShape avg2d{3, 2, 2, 1, 1, 20, 21, 1, 20, 21, 1, 3, 3, 1, 1, 1, 0, 1, 1, 1, 1, 1};    // 3x3, stride 1, pad 1
+    const CgConvShape avg1d{2, 4, 4, 1, 1, 1, 70, 1, 1, 71, 1, 1, 8, 1, 1, 1, 0, 0, 4, 1, 1, 1};      // KernelBench L1/44's form
+    const CgConvShape avg3d{1, 3, 3, 1, 9, 8, 10, 5, 4, 5, 3, 3, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1};
+    double worst = 0;
+    for (double e : {run<true, 1, 3, 3>(max2d, false), run<true, 2, 2, 2>(max3d, false), run<false, 1, 3, 3>(avg2d, true),
+                     run<false, 1, 3, 3>(avg2d, false), run<false, 1, 1, 8>(avg1d, true), run<false, 3, 3, 3>(avg3d, false),
+                     run<false, 3, 3, 3>(avg3d, true)})
+        worst = std::fmax(worst, e);
+    printf("max_abs_error %.3g\n", worst);
+    return 0;
+}
+'''
+
+
+def test_cuda_pool_kernel_emulated_on_cpu(tmp_path):
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found")
+    text = (template_dir() / "conv.cuh").read_text()
+    kernel = text[text.index("struct CgPoolPlane"):text.index("// KD, KH, KW must equal")]
+    source = tmp_path / "pool_emulation.cpp"
+    source.write_text(_POOL_EMULATION.replace("@KERNEL@", kernel))
+    binary = tmp_path / "pool_emulation"
+    build = subprocess.run(["g++", "-std=c++20", "-O1", f"-I{template_dir()}", str(source), "-o", str(binary)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert float(run.stdout.split()[1]) < 1e-5, run.stdout
