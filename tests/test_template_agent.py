@@ -621,3 +621,134 @@ def test_cuda_pool_kernel_emulated_on_cpu(tmp_path):
     run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert float(run.stdout.split()[1]) < 1e-5, run.stdout
+
+
+# The CUDA row kernels (normalisations and the one-pass logsumexp) compiled by g++ and run on the CPU:
+# each CUDA thread of a block is a std::thread, __syncthreads a block barrier and a warp shuffle a
+# write-barrier-read-barrier on the warp's own barrier; blocks run one after another. Checked against
+# float64 loops for softmax, log-softmax, layer norm with affine groups (group norm's form) and RMS norm,
+# rows kept in shared memory and rows too long for it, vector widths 1 and 4, more rows than blocks,
+# and rows holding -inf (masked softmax entries).
+_ROW_EMULATION = r'''
+#include <barrier>
+#include <cstdio>
+#include <memory>
+#include <thread>
+#include <vector>
+#include "common.h"
+struct CgDim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local CgDim3 threadIdx;
+CgDim3 blockIdx, gridDim;
+std::barrier<>* cg_barrier;
+std::vector<std::barrier<>*> cg_warp_barriers;
+float cg_lanes[1024];
+float* cg_dynamic_smem;
+struct float4 { float x, y, z, w; };
+#define __global__
+#define __device__
+#define __launch_bounds__(n)
+#define __shared__ static
+inline void __syncthreads() { cg_barrier->arrive_and_wait(); }
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+inline float __shfl_xor_sync(unsigned, float v, int o) {
+    const unsigned t = threadIdx.x;
+    cg_lanes[t] = v;
+    cg_warp_barriers[t / 32]->arrive_and_wait();
+    const float w = cg_lanes[t ^ o];
+    cg_warp_barriers[t / 32]->arrive_and_wait();
+    return w;
+}
+struct Ident { float operator()(float v, int64_t) const { return v; } };
+@KERNEL@
+template <int BLOCK, int V, int KIND, bool CACHED>
+double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = false) {
+    std::vector<float> x(outer * R), y(logsumexp ? outer : outer * R, NAN), g(R), b(R);
+    unsigned state = 11;
+    auto next = [&] { state = state * 1664525u + 1013904223u; return (state >> 8) / 16777216.f - .5f; };
+    for (auto& e : x) e = 4.f * next() + 1.5f;  // an offset: the shifted sums must not cancel
+    for (auto* v : {&g, &b}) for (auto& e : *v) e = next();
+    if (masked) for (int64_t i = 0; i < (int64_t)x.size(); i += 7) x[i] = -INFINITY;
+    const int64_t groups = 2, group_size = R / 4;  // affine index (row % 2) * (R / 4) + r / 2
+    CgAffine aff{affine ? g.data() : nullptr, affine ? b.data() : nullptr, groups, group_size, 2};
+    std::vector<float> smem(CACHED ? R + 4 : 0);
+    cg_dynamic_smem = smem.data();
+    gridDim = {(unsigned)(outer > 3 ? outer / 2 : outer), 1, 1};
+    std::barrier<> bar(BLOCK);
+    cg_barrier = &bar;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    cg_warp_barriers.clear();
+    for (int w = 0; w < BLOCK / 32; ++w) {
+        warps.push_back(std::make_unique<std::barrier<>>(32));
+        cg_warp_barriers.push_back(warps.back().get());
+    }
+    for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+        blockIdx = {bx, 0, 0};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < BLOCK; ++t)
+            threads.emplace_back([&, t] {
+                threadIdx.x = t;
+                if (logsumexp) cg_reduce_rows<BLOCK, V, CG_LOGSUMEXP, Ident>(x.data(), y.data(), outer, R, Ident{});
+                else cg_normalize_rows<BLOCK, V, KIND, CACHED, Ident>(x.data(), y.data(), outer, R, 1e-5f, aff, Ident{});
+            });
+        for (auto& th : threads) th.join();
+    }
+    double err = 0;
+    for (int64_t o = 0; o < outer; ++o) {
+        const float* row = x.data() + o * R;
+        double m = -INFINITY, s = 0, mean = 0, sq = 0;
+        for (int64_t r = 0; r < R; ++r) m = std::max(m, (double)row[r]);
+        for (int64_t r = 0; r < R; ++r) { s += std::exp(row[r] - m); mean += row[r]; }
+        mean /= R;
+        for (int64_t r = 0; r < R; ++r) sq += KIND == CG_RMS_NORM ? (double)row[r] * row[r] : (row[r] - mean) * (row[r] - mean);
+        const double scale = 1.0 / std::sqrt(sq / R + 1e-5);
+        if (logsumexp) { err = std::fmax(err, std::fabs(y[o] - (std::log(s) + m))); continue; }
+        for (int64_t r = 0; r < R; ++r) {
+            double want;
+            if (KIND == CG_SOFTMAX) want = std::exp(row[r] - m) / s;
+            else if (KIND == CG_LOG_SOFTMAX) want = row[r] - m - std::log(s);
+            else {
+                want = (row[r] - (KIND == CG_RMS_NORM ? 0.0 : mean)) * scale;
+                if (affine) { const int64_t k = (o % groups) * group_size + r / 2; want = want * g[k] + b[k]; }
+            }
+            const float got = y[o * R + r];
+            if (std::isinf(want) && got == want) continue;
+            err = std::isnan(got) ? INFINITY : std::fmax(err, std::fabs(got - want) / (1.0 + std::fabs(want)));
+        }
+    }
+    return err;
+}
+int main() {
+    double worst = 0;
+    for (double e : {run<64, 4, CG_SOFTMAX, true>(5, 1000, true, false), run<64, 4, CG_SOFTMAX, false>(3, 4100, false, false),
+                     run<128, 1, CG_LOG_SOFTMAX, true>(4, 333, true, false), run<64, 4, CG_LOG_SOFTMAX, false>(2, 2048, false, false),
+                     run<64, 4, CG_LAYER_NORM, true>(6, 512, false, true), run<256, 1, CG_LAYER_NORM, false>(3, 3001, false, false),
+                     run<64, 4, CG_RMS_NORM, true>(4, 256, false, true), run<32, 2, CG_RMS_NORM, false>(5, 998, false, false),
+                     run<64, 4, CG_SOFTMAX, false>(7, 700, true, false, true)})
+        worst = std::fmax(worst, e);
+    printf("max_error %.3g\n", worst);
+    return 0;
+}
+'''
+
+
+def test_cuda_row_kernels_emulated_on_cpu(tmp_path):
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found")
+    text = (template_dir() / "reduce.cuh").read_text()
+    kernels = [text[text.index(first):text.index(last)] for first, last in (
+        ("enum { CG_SUM", "template <int BLOCK, int KIND, class E>\n__global__ void __launch_bounds__(BLOCK) cg_reduce_cols"),
+        ("struct CgAffine", "template <int BLOCK, int KIND, class E>\n__global__ void __launch_bounds__(BLOCK) cg_normalize_cols"))]
+    kernel = "\n".join(kernels).replace("extern __shared__ float4 cg_row_smem[];",
+                                         "float4* cg_row_smem = reinterpret_cast<float4*>(cg_dynamic_smem);")
+    source = tmp_path / "row_emulation.cpp"
+    source.write_text(_ROW_EMULATION.replace("@KERNEL@", kernel))
+    binary = tmp_path / "row_emulation"
+    build = subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"-I{template_dir()}", str(source), "-o", str(binary)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert float(run.stdout.split()[1]) < 2e-5, run.stdout

@@ -8,13 +8,16 @@
 //   inner  > 1  one thread per (outer, inner) column walking R, so a warp reads consecutive addresses.
 //
 // cg_reduce<KIND>: y[o, j] = E(reduce_r x[o, r, j], o * inner + j), KIND one of
-//   CG_SUM, CG_MAX, CG_MIN, CG_PROD, CG_LOGSUMEXP (max, then log sum exp(x - max) + max).
+//   CG_SUM, CG_MAX, CG_MIN, CG_PROD, CG_LOGSUMEXP (log sum exp(x - max) + max; rows in one pass with a
+//   running max).
 //   Mean is CG_SUM with E multiplying by 1/R.
 // cg_argreduce<IS_MAX>: int64 y[o, j] = first index r of the max (min) of x[o, :, j], as torch.argmax.
 // cg_normalize<KIND>: y has x's shape, y[o, r, j] = E(norm(x)[o, r, j], linear index), KIND one of
-//   CG_SOFTMAX, CG_LOG_SOFTMAX (max-shifted, 3 passes),
-//   CG_LAYER_NORM (mean, then centred variance, biased, then (x - mean) * rsqrt(var + eps) * g + b),
+//   CG_SOFTMAX, CG_LOG_SOFTMAX (max-shifted),
+//   CG_LAYER_NORM (mean and biased variance, then (x - mean) * rsqrt(var + eps) * g + b),
 //   CG_RMS_NORM (x * rsqrt(mean(x^2) + eps) * g + b).
+//   Rows (inner == 1) take their statistics in one pass (see CgPair) and keep a row of at most
+//   CG_ROW_CACHE floats in shared memory for the output pass; columns walk R three times per thread.
 //   g and b may be null; their index for element (row, r) is (row % aff_groups) * aff_group_size
 //   + r / aff_div (layer norm: 1, 0, 1; group norm over rows (n, group): G, C/G, spatial size).
 //
@@ -77,9 +80,68 @@ __device__ float cg_row_pass(const float* __restrict__ row, int64_t R, Map map) 
 }
 
 struct CgPlain { CG_FN float operator()(float v) const { return v; } };
-struct CgExpShift { float m; CG_FN float operator()(float v) const { return expf(v - m); } };
-struct CgSquareShift { float m; CG_FN float operator()(float v) const { const float d = v - m; return d * d; } };
-struct CgSquare { CG_FN float operator()(float v) const { return v * v; } };
+
+// One pass over a row gives what the normalisation needs, as a pair combined across threads:
+//   softmax, log-softmax  (m, s): the running max and the sum of exp(x - m), rescaled when m grows;
+//   layer norm            (S1, S2): the sums of x - K and (x - K)^2, K = the row's first element (a
+//                          value of the row, so the shifted sums do not cancel the way raw ones do);
+//   RMS norm              (0, S2): the sum of x^2.
+// A row then costs one read for the statistics and one read and one write for the output (three
+// passes over the row before: max, sum, output). A row of at most CG_ROW_CACHE floats is also kept
+// in shared memory by the statistics pass, so the output pass reads no global memory.
+#define CG_ROW_CACHE 24576  // floats: 96 KiB of dynamic shared memory, two blocks per H100/H200 SM
+
+struct CgPair { float a, b; };
+
+template <int KIND> CG_FN CgPair cg_pair_identity() {
+    if constexpr (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) return {-INFINITY, 0.f};
+    else return {0.f, 0.f};
+}
+
+template <int KIND> CG_FN CgPair cg_pair_combine(CgPair p, CgPair q) {
+    if constexpr (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
+        const float m = cg_max(p.a, q.a);
+        if (m == -INFINITY) return {m, 0.f};  // both empty (or all -inf): nothing to rescale
+        return {m, p.b * expf(p.a - m) + q.b * expf(q.a - m)};
+    } else {
+        return {p.a + q.a, p.b + q.b};
+    }
+}
+
+// Adds x (shift: the layer norm's K) to a thread's pair.
+template <int KIND> CG_FN void cg_pair_add(CgPair& acc, float x, float shift) {
+    if constexpr (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
+        if (x > acc.a) { acc.b = acc.b * expf(acc.a - x) + 1.f; acc.a = x; }
+        else if (x != -INFINITY) acc.b += expf(x - acc.a);  // adds 0 (or NaN for a NaN x, as torch's row gets)
+    } else if constexpr (KIND == CG_LAYER_NORM) {
+        const float d = x - shift;
+        acc.a += d;
+        acc.b += d * d;
+    } else {
+        acc.b += x * x;
+    }
+}
+
+// Every thread gets the block's combined pair. Safe to call repeatedly (syncs before reusing the scratch).
+template <int BLOCK, int KIND> __device__ CgPair cg_block_pair(CgPair v) {
+    __shared__ CgPair scratch[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = cg_pair_combine<KIND>(v, {__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)});
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = (int)threadIdx.x < BLOCK / 32 ? scratch[threadIdx.x] : cg_pair_identity<KIND>();
+    if (threadIdx.x < 32) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            v = cg_pair_combine<KIND>(v, {__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)});
+        if (threadIdx.x == 0) scratch[0] = v;
+    }
+    __syncthreads();
+    return scratch[0];
+}
+
 
 template <int BLOCK, int V, int KIND, class E>
 __global__ void __launch_bounds__(BLOCK) cg_reduce_rows(const float* __restrict__ x, float* __restrict__ y,
@@ -87,10 +149,16 @@ __global__ void __launch_bounds__(BLOCK) cg_reduce_rows(const float* __restrict_
     for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
         const float* row = x + o * R;
         float v;
-        if constexpr (KIND == CG_LOGSUMEXP) {
-            const float m = cg_row_pass<BLOCK, V, CG_MAX>(row, R, CgPlain{});
-            const float s = cg_row_pass<BLOCK, V, CG_SUM>(row, R, CgExpShift{isinf(m) ? 0.f : m});
-            v = logf(s) + (isinf(m) ? 0.f : m);
+        if constexpr (KIND == CG_LOGSUMEXP) {  // one pass: the softmax statistics (max, sum of exp(x - max))
+            CgPair acc = cg_pair_identity<CG_SOFTMAX>();
+            for (int64_t r = (int64_t)threadIdx.x * V; r < R; r += (int64_t)BLOCK * V) {
+                float x4[V];
+                cg_load<V>(row + r, x4);
+#pragma unroll
+                for (int j = 0; j < V; ++j) cg_pair_add<CG_SOFTMAX>(acc, x4[j], 0.f);
+            }
+            const CgPair t = cg_block_pair<BLOCK, CG_SOFTMAX>(acc);
+            v = isinf(t.a) ? logf(t.b * expf(t.a)) : logf(t.b) + t.a;  // as log(sum exp(x)) when the max is infinite
         } else {
             v = cg_row_pass<BLOCK, V, KIND>(row, R, CgPlain{});
         }
@@ -239,35 +307,45 @@ struct CgAffine {
     }
 };
 
-template <int BLOCK, int V, int KIND, class E>
+template <int BLOCK, int V, int KIND, bool CACHED, class E>
 __global__ void __launch_bounds__(BLOCK) cg_normalize_rows(const float* __restrict__ x, float* __restrict__ y,
                                                            int64_t outer, int64_t R, float eps, CgAffine aff, E e) {
+    extern __shared__ float4 cg_row_smem[];  // float4: the V-wide accesses stay aligned
+    float* cache = reinterpret_cast<float*>(cg_row_smem);
     for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
         const float* row = x + o * R;
-        float a = 0.f, b = 1.f;  // y = (x - a) * b, or for softmax exp(x - a) * b, log-softmax x - a - b
-        if constexpr (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
-            const float m = cg_row_pass<BLOCK, V, CG_MAX>(row, R, CgPlain{});
-            a = isinf(m) ? 0.f : m;
-            const float s = cg_row_pass<BLOCK, V, CG_SUM>(row, R, CgExpShift{a});
-            b = KIND == CG_SOFTMAX ? 1.f / s : logf(s);
-        } else if constexpr (KIND == CG_LAYER_NORM) {
-            a = cg_row_pass<BLOCK, V, CG_SUM>(row, R, CgPlain{}) / (float)R;
-            const float var = cg_row_pass<BLOCK, V, CG_SUM>(row, R, CgSquareShift{a}) / (float)R;
-            b = rsqrtf(var + eps);
-        } else {
-            a = 0.f;
-            b = rsqrtf(cg_row_pass<BLOCK, V, CG_SUM>(row, R, CgSquare{}) / (float)R + eps);
-        }
+        const float shift = KIND == CG_LAYER_NORM ? row[0] : 0.f;
+        CgPair acc = cg_pair_identity<KIND>();
         for (int64_t r = (int64_t)threadIdx.x * V; r < R; r += (int64_t)BLOCK * V) {
             float v[V];
             cg_load<V>(row + r, v);
+            if constexpr (CACHED) cg_store<V>(cache + r, v);  // read back and refilled by this thread only: no barrier
+#pragma unroll
+            for (int j = 0; j < V; ++j) cg_pair_add<KIND>(acc, v[j], shift);
+        }
+        const CgPair t = cg_block_pair<BLOCK, KIND>(acc);
+        float a = 0.f, b = 1.f;  // y = (x - a) * b, or for softmax exp(x - a) * b, log-softmax x - a - b
+        if constexpr (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
+            a = isinf(t.a) ? 0.f : t.a;
+            const float s = isinf(t.a) ? t.b * expf(t.a) : t.b;  // the sum with shift 0 when the max is infinite
+            b = KIND == CG_SOFTMAX ? 1.f / s : logf(s);
+        } else if constexpr (KIND == CG_LAYER_NORM) {
+            const float mean_shifted = t.a / (float)R;
+            a = shift + mean_shifted;
+            b = rsqrtf(fmaxf(t.b / (float)R - mean_shifted * mean_shifted, 0.f) + eps);
+        } else {
+            b = rsqrtf(t.b / (float)R + eps);
+        }
+        for (int64_t r = (int64_t)threadIdx.x * V; r < R; r += (int64_t)BLOCK * V) {
+            float v[V];
+            cg_load<V>((CACHED ? cache : row) + r, v);
 #pragma unroll
             for (int j = 0; j < V; ++j) {
-                float t;
-                if constexpr (KIND == CG_SOFTMAX) t = expf(v[j] - a) * b;
-                else if constexpr (KIND == CG_LOG_SOFTMAX) t = v[j] - a - b;
-                else t = aff.apply((v[j] - a) * b, o, r + j);
-                v[j] = e(t, o * R + r + j);
+                float u;
+                if constexpr (KIND == CG_SOFTMAX) u = expf(v[j] - a) * b;
+                else if constexpr (KIND == CG_LOG_SOFTMAX) u = v[j] - a - b;
+                else u = aff.apply((v[j] - a) * b, o, r + j);
+                v[j] = e(u, o * R + r + j);
             }
             cg_store<V>(y + o * R + r, v);
         }
@@ -321,7 +399,21 @@ int cg_normalize(const float* x, float* y, int64_t outer, int64_t R, int64_t inn
     if (inner == 1) {
         if (V > 1 && (R % V != 0 || !cg_aligned({x, y}, 4 * V)))
             return cg_normalize<BLOCK, 1, KIND, E>(x, y, outer, R, inner, eps, aff, e, stream);
-        cg_normalize_rows<BLOCK, V, KIND, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(x, y, outer, R, eps, aff, e);
+        if (R <= CG_ROW_CACHE) {
+            const size_t bytes = sizeof(float) * (size_t)((R + 3) / 4 * 4);
+            static size_t allowed = 48 * 1024;  // the default limit; larger needs the opt-in, once per size
+            if (bytes > allowed) {
+                const cudaError_t status = cudaFuncSetAttribute(cg_normalize_rows<BLOCK, V, KIND, true, E>,
+                                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+                if (status != cudaSuccess) return (int)status;
+                allowed = bytes;
+            }
+            cg_normalize_rows<BLOCK, V, KIND, true, E><<<cg_grid(outer, 1), BLOCK, bytes, stream>>>(x, y, outer, R, eps,
+                                                                                                  aff, e);
+        } else {
+            cg_normalize_rows<BLOCK, V, KIND, false, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(x, y, outer, R, eps,
+                                                                                                aff, e);
+        }
     } else {
         cg_normalize_cols<BLOCK, KIND, E><<<cg_grid(outer * inner, BLOCK), BLOCK, 0, stream>>>(x, y, outer, R, inner,
                                                                                               eps, aff, e);
