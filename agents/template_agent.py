@@ -716,15 +716,42 @@ class _Tracer:
     def _view3(self, shape: Sequence[int], dims: list[int]) -> tuple[int, int, int]:
         return (math.prod(shape[:dims[0]]), math.prod(shape[dims[0]:dims[-1] + 1]), math.prod(shape[dims[-1] + 1:]))
 
+    def _prologue(self, x: _Value) -> tuple[Buffer, tuple, list[Operand]] | None:
+        """A pointwise expression over stored tensors, fused into the load of the reduction that reads it
+        (x ** 2 before a mean, a loss before its mean): (the full-shape tensor read as `v`, the expression,
+        the other operands). None where `x` is stored already, or pending on a stage's output (that
+        stage's epilogue takes it), or has no full-shape operand to walk."""
+        if x.buffer is not None or x.producer is not None or x.strides is not None or x.dtype != "float":
+            return None
+        full = [k for k, o in enumerate(x.operands) if broadcast_terms(o.shape, x.shape) == [(1, math.prod(x.shape), 1)]]
+        if not full:
+            return None
+        primary = x.operands[full[0]].buffer
+        as_v = {k for k in full if x.operands[k].buffer.ref == primary.ref}
+        kept = [k for k in range(len(x.operands)) if k not in as_v]
+
+        def substitute(expr: tuple) -> tuple:
+            if expr[0] == "op":
+                return V if expr[1] in as_v else ("op", kept.index(expr[1]))
+            if expr[0] == "f":
+                return ("f", expr[1], *(substitute(a) for a in expr[2:]))
+            return expr
+
+        return primary, substitute(x.expr), [x.operands[k] for k in kept]
+
     def _reduce(self, x: _Value, op: str, dims: list[int], keepdim: bool, out_shape: tuple) -> _Value:
-        xb = self.materialise(x)
-        outer, R, inner = self._view3(xb.shape, dims)
+        outer, R, inner = self._view3(x.shape, dims)
         if op in ("argmax", "argmin"):
+            xb = self.materialise(x)
             out = self._temp(out_shape, "int64")
             self._stage("argreduce", out, [xb], outer=outer, R=R, inner=inner, is_max=op == "argmax")
             return _Value(tuple(out_shape), ("op", 0), [Operand(out, out.shape)], buffer=out, dtype="int64")
+        fused = self._prologue(x)
+        xb, prologue, prologue_operands = fused if fused else (self.materialise(x), V, [])
         out = self._temp(out_shape)
-        stage = self._stage("reduce", out, [xb], op="sum" if op == "mean" else op, outer=outer, R=R, inner=inner)
+        stage = self._stage("reduce", out, [xb] + [o.buffer for o in prologue_operands],
+                            op="sum" if op == "mean" else op, outer=outer, R=R, inner=inner, in_shape=tuple(x.shape),
+                            prologue=prologue, prologue_operands=prologue_operands)
         value = _Value(tuple(out_shape), V, [], producer=stage)
         if op == "mean":
             value = self.pointwise("mul", [value], consts=[1.0 / R])
@@ -1236,9 +1263,13 @@ def _render_stage(stage: Stage, knobs: dict[str, Any], backend: str) -> _Launch:
     elif stage.kind == "reduce":
         kind = {"sum": "CG_SUM", "max": "CG_MAX", "min": "CG_MIN", "prod": "CG_PROD", "logsumexp": "CG_LOGSUMEXP"}[p["op"]]
         tmpl = f"<{knobs['red_block']}, {knobs['red_vec']}, {kind}>" if cuda else f"<{knobs['red_rows']}, {kind}>"
-        call = f"cg_reduce{tmpl}(x, y, {p['outer']}LL, {p['R']}LL, {p['inner']}LL, epi{stream_arg})"
-        sig = f"const float* x, float* y{op_params}{stream_param}"
-        args = [stage.inputs[0].ref, out.ref]
+        pro_operands = p["prologue_operands"]
+        code += _epilogue_functor(f"Pro_{name}", p["prologue"], pro_operands, p["in_shape"])
+        pro_params = "".join(f", const float* q{k}" for k in range(len(pro_operands)))
+        call = f"cg_reduce{tmpl}(x, y, {p['outer']}LL, {p['R']}LL, {p['inner']}LL, pro, epi{stream_arg})"
+        sig = f"const float* x, float* y{pro_params}{op_params}{stream_param}"
+        args = [stage.inputs[0].ref, out.ref] + [o.buffer.ref for o in pro_operands]
+        functor = f"Pro_{name} pro{{{', '.join(f'q{k}' for k in range(len(pro_operands)))}}};\n    " + functor
     elif stage.kind == "argreduce":
         is_max = "true" if p["is_max"] else "false"
         tmpl = f"<{knobs['red_block']}, {is_max}>" if cuda else f"<{knobs['red_rows']}, {is_max}>"

@@ -55,7 +55,7 @@ BUILTIN_PLANS = {
     "builtin/L2/linear_gelu": ["gemm"],
     "builtin/L2/conv2d_group_norm_tanh": ["conv", "norm"],
     "builtin/L2/conv2d_max_pool_hardswish": ["conv", "pool"],
-    "builtin/L2/rms_norm_silu": ["elementwise", "reduce", "elementwise"],
+    "builtin/L2/rms_norm_silu": ["reduce", "elementwise"],  # x * x is the reduction's prologue
     "builtin/L3/mlp": ["gemm", "gemm", "gemm"],
 }
 
@@ -92,9 +92,13 @@ def test_kernelbench_matcher_level1_and_level2():
         "kernelbench/L1/17_Matmul_with_transposed_B": ["gemm"],
         "kernelbench/L2/1_Conv2D_ReLU_BiasAdd": ["conv"],
         "kernelbench/L2/12_Gemm_Multiply_LeakyReLU": ["gemm"],
+        "kernelbench/L1/36_RMSNorm_": ["reduce", "elementwise"],  # x ** 2 is the reduction's prologue
+        "kernelbench/L1/100_HingeLoss": ["reduce"],  # clamp(1 - p * t) in the load, t broadcast
     }
     for task_id, kinds in expected.items():
         assert plan_task(tasks[task_id], "cuda").stage_kinds == kinds, task_id
+    hinge = plan_task(tasks["kernelbench/L1/100_HingeLoss"], "cuda").stages[0]
+    assert hinge.params["prologue"][1] == "clamp" and [o.buffer.ref for o in hinge.params["prologue_operands"]] == ["targets"]
     # transposed B is read through strides, not copied
     gemm = plan_task(tasks["kernelbench/L1/17_Matmul_with_transposed_B"], "cuda").stages[0]
     assert gemm.params["b_strides"][1:] == (1, gemm.params["K"])
@@ -628,7 +632,7 @@ def test_cuda_pool_kernel_emulated_on_cpu(tmp_path):
 # write-barrier-read-barrier on the warp's own barrier; blocks run one after another. Checked against
 # float64 loops for softmax, log-softmax, layer norm with affine groups (group norm's form) and RMS norm,
 # rows kept in shared memory and rows too long for it, vector widths 1 and 4, more rows than blocks,
-# and rows holding -inf (masked softmax entries).
+# rows holding -inf (masked softmax entries), and logsumexp rows through a prologue that uses the index.
 _ROW_EMULATION = r'''
 #include <barrier>
 #include <cstdio>
@@ -659,6 +663,7 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
     return w;
 }
 struct Ident { float operator()(float v, int64_t) const { return v; } };
+struct Prologue { float operator()(float v, int64_t i) const { return 0.5f * v + (float)(i % 3); } };
 @KERNEL@
 template <int BLOCK, int V, int KIND, bool CACHED>
 double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = false) {
@@ -687,7 +692,8 @@ double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = 
         for (int t = 0; t < BLOCK; ++t)
             threads.emplace_back([&, t] {
                 threadIdx.x = t;
-                if (logsumexp) cg_reduce_rows<BLOCK, V, CG_LOGSUMEXP, Ident>(x.data(), y.data(), outer, R, Ident{});
+                if (logsumexp)
+                    cg_reduce_rows<BLOCK, V, CG_LOGSUMEXP, Prologue, Ident>(x.data(), y.data(), outer, R, Prologue{}, Ident{});
                 else cg_normalize_rows<BLOCK, V, KIND, CACHED, Ident>(x.data(), y.data(), outer, R, 1e-5f, aff, Ident{});
             });
         for (auto& th : threads) th.join();
@@ -701,7 +707,13 @@ double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = 
         mean /= R;
         for (int64_t r = 0; r < R; ++r) sq += KIND == CG_RMS_NORM ? (double)row[r] * row[r] : (row[r] - mean) * (row[r] - mean);
         const double scale = 1.0 / std::sqrt(sq / R + 1e-5);
-        if (logsumexp) { err = std::fmax(err, std::fabs(y[o] - (std::log(s) + m))); continue; }
+        if (logsumexp) {  // of the prologue's values
+            double lm = -INFINITY, ls = 0;
+            for (int64_t r = 0; r < R; ++r) lm = std::max(lm, (double)Prologue{}(row[r], o * R + r));
+            for (int64_t r = 0; r < R; ++r) ls += std::exp(Prologue{}(row[r], o * R + r) - lm);
+            err = std::fmax(err, std::fabs(y[o] - (std::log(ls) + lm)));
+            continue;
+        }
         for (int64_t r = 0; r < R; ++r) {
             double want;
             if (KIND == CG_SOFTMAX) want = std::exp(row[r] - m) / s;
@@ -739,7 +751,7 @@ def test_cuda_row_kernels_emulated_on_cpu(tmp_path):
         pytest.skip("g++ not found")
     text = (template_dir() / "reduce.cuh").read_text()
     kernels = [text[text.index(first):text.index(last)] for first, last in (
-        ("enum { CG_SUM", "template <int BLOCK, int KIND, class E>\n__global__ void __launch_bounds__(BLOCK) cg_reduce_cols"),
+        ("enum { CG_SUM", "template <int BLOCK, int KIND, class P, class E>\n__global__ void __launch_bounds__(BLOCK) cg_reduce_cols"),
         ("struct CgAffine", "template <int BLOCK, int KIND, class E>\n__global__ void __launch_bounds__(BLOCK) cg_normalize_cols"))]
     kernel = "\n".join(kernels).replace("extern __shared__ float4 cg_row_smem[];",
                                          "float4* cg_row_smem = reinterpret_cast<float4*>(cg_dynamic_smem);")

@@ -7,7 +7,8 @@
 //               blocks and reduced in two passes, see cg_reduce);
 //   inner  > 1  one thread per (outer, inner) column walking R, so a warp reads consecutive addresses.
 //
-// cg_reduce<KIND>: y[o, j] = E(reduce_r x[o, r, j], o * inner + j), KIND one of
+// cg_reduce<KIND>: y[o, j] = E(reduce_r P(x[o, r, j], i), o * inner + j), i the linear index of x's
+//   element and P a pointwise prologue (CgIdentity for none), KIND one of
 //   CG_SUM, CG_MAX, CG_MIN, CG_PROD, CG_LOGSUMEXP (log sum exp(x - max) + max; rows in one pass with a
 //   running max).
 //   Mean is CG_SUM with E multiplying by 1/R.
@@ -66,20 +67,18 @@ template <int BLOCK, int OP> __device__ float cg_block_reduce(float v) {
     return scratch[0];
 }
 
-// OP over row[0..R) of values MAP(x); every thread gets it.
-template <int BLOCK, int V, int OP, class Map>
-__device__ float cg_row_pass(const float* __restrict__ row, int64_t R, Map map) {
+// OP over row[0..R) of the values P(x, base + r) (P: the prologue); every thread gets it.
+template <int BLOCK, int V, int OP, class P>
+__device__ float cg_row_pass(const float* __restrict__ row, int64_t R, int64_t base, const P& p) {
     float acc = cg_identity<OP>();
     for (int64_t r = (int64_t)threadIdx.x * V; r < R; r += (int64_t)BLOCK * V) {
         float v[V];
         cg_load<V>(row + r, v);
 #pragma unroll
-        for (int j = 0; j < V; ++j) acc = cg_combine<OP>(acc, map(v[j]));
+        for (int j = 0; j < V; ++j) acc = cg_combine<OP>(acc, p(v[j], base + r + j));
     }
     return cg_block_reduce<BLOCK, OP>(acc);
 }
-
-struct CgPlain { CG_FN float operator()(float v) const { return v; } };
 
 // One pass over a row gives what the normalisation needs, as a pair combined across threads:
 //   softmax, log-softmax  (m, s): the running max and the sum of exp(x - m), rescaled when m grows;
@@ -143,9 +142,9 @@ template <int BLOCK, int KIND> __device__ CgPair cg_block_pair(CgPair v) {
 }
 
 
-template <int BLOCK, int V, int KIND, class E>
+template <int BLOCK, int V, int KIND, class P, class E>
 __global__ void __launch_bounds__(BLOCK) cg_reduce_rows(const float* __restrict__ x, float* __restrict__ y,
-                                                        int64_t outer, int64_t R, E e) {
+                                                        int64_t outer, int64_t R, P p, E e) {
     for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
         const float* row = x + o * R;
         float v;
@@ -155,35 +154,36 @@ __global__ void __launch_bounds__(BLOCK) cg_reduce_rows(const float* __restrict_
                 float x4[V];
                 cg_load<V>(row + r, x4);
 #pragma unroll
-                for (int j = 0; j < V; ++j) cg_pair_add<CG_SOFTMAX>(acc, x4[j], 0.f);
+                for (int j = 0; j < V; ++j) cg_pair_add<CG_SOFTMAX>(acc, p(x4[j], o * R + r + j), 0.f);
             }
             const CgPair t = cg_block_pair<BLOCK, CG_SOFTMAX>(acc);
             v = isinf(t.a) ? logf(t.b * expf(t.a)) : logf(t.b) + t.a;  // as log(sum exp(x)) when the max is infinite
         } else {
-            v = cg_row_pass<BLOCK, V, KIND>(row, R, CgPlain{});
+            v = cg_row_pass<BLOCK, V, KIND>(row, R, o * R, p);
         }
         if (threadIdx.x == 0) y[o] = e(v, o);
     }
 }
 
-template <int BLOCK, int KIND, class E>
+template <int BLOCK, int KIND, class P, class E>
 __global__ void __launch_bounds__(BLOCK) cg_reduce_cols(const float* __restrict__ x, float* __restrict__ y,
-                                                        int64_t outer, int64_t R, int64_t inner, E e) {
+                                                        int64_t outer, int64_t R, int64_t inner, P p, E e) {
     const int64_t total = outer * inner;
     for (int64_t t = (int64_t)blockIdx.x * BLOCK + threadIdx.x; t < total; t += (int64_t)gridDim.x * BLOCK) {
         const int64_t o = t / inner, j = t - o * inner;
         const float* col = x + o * R * inner + j;
+        const int64_t base = o * R * inner + j;  // x's index of (o, 0, j)
         float v;
         if constexpr (KIND == CG_LOGSUMEXP) {
             float m = -INFINITY;
-            for (int64_t r = 0; r < R; ++r) m = cg_max(m, col[r * inner]);
+            for (int64_t r = 0; r < R; ++r) m = cg_max(m, p(col[r * inner], base + r * inner));
             const float shift = isinf(m) ? 0.f : m;
             float s = 0.f;
-            for (int64_t r = 0; r < R; ++r) s += expf(col[r * inner] - shift);
+            for (int64_t r = 0; r < R; ++r) s += expf(p(col[r * inner], base + r * inner) - shift);
             v = logf(s) + shift;
         } else {
             v = cg_identity<KIND>();
-            for (int64_t r = 0; r < R; ++r) v = cg_combine<KIND>(v, col[r * inner]);
+            for (int64_t r = 0; r < R; ++r) v = cg_combine<KIND>(v, p(col[r * inner], base + r * inner));
         }
         y[t] = e(v, t);
     }
@@ -196,12 +196,12 @@ static inline unsigned cg_grid(int64_t work, int64_t per_block) {
 }
 
 // Split rows: block (c, o) reduces x[o, c*chunk : (c+1)*chunk) into partial[o * chunks + c].
-template <int BLOCK, int V, int KIND>
+template <int BLOCK, int V, int KIND, class P>
 __global__ void __launch_bounds__(BLOCK) cg_reduce_chunks(const float* __restrict__ x, float* __restrict__ partial,
-                                                          int64_t R, int64_t chunk) {
+                                                          int64_t R, int64_t chunk, P p) {
     const int64_t o = blockIdx.y, c = blockIdx.x, start = c * chunk;
     const int64_t len = R - start < chunk ? R - start : chunk;
-    const float v = cg_row_pass<BLOCK, V, KIND>(x + o * R + start, len, CgPlain{});
+    const float v = cg_row_pass<BLOCK, V, KIND>(x + o * R + start, len, o * R + start, p);
     if (threadIdx.x == 0) partial[o * gridDim.x + c] = v;
 }
 
@@ -211,11 +211,15 @@ __global__ void __launch_bounds__(BLOCK) cg_reduce_chunks(const float* __restric
 #define CG_SPLIT_ROWS 256
 #define CG_SPLIT_LEN 65536
 
-template <int BLOCK, int V, int KIND, class E>
-int cg_reduce(const float* x, float* y, int64_t outer, int64_t R, int64_t inner, const E& e, cudaStream_t stream) {
+// P, the prologue: the value reduced at x's linear index i is P(x[i], i) (a pointwise map fused into
+// the load, with the epilogue's functor contract; CgIdentity for none).
+template <int BLOCK, int V, int KIND, class P, class E>
+int cg_reduce(const float* x, float* y, int64_t outer, int64_t R, int64_t inner, const P& p, const E& e,
+              cudaStream_t stream) {
     if (outer * inner <= 0) return 0;
     if (inner == 1) {
-        if (V > 1 && (R % V != 0 || !cg_aligned({x}, 4 * V))) return cg_reduce<BLOCK, 1, KIND, E>(x, y, outer, R, inner, e, stream);
+        if (V > 1 && (R % V != 0 || !cg_aligned({x}, 4 * V)))
+            return cg_reduce<BLOCK, 1, KIND, P, E>(x, y, outer, R, inner, p, e, stream);
         if (KIND != CG_LOGSUMEXP && outer < CG_SPLIT_ROWS && R >= CG_SPLIT_LEN) {
             int64_t chunks = 1024 / outer;
             const int64_t unit = (int64_t)BLOCK * V * 4;
@@ -226,16 +230,18 @@ int cg_reduce(const float* x, float* y, int64_t outer, int64_t R, int64_t inner,
                 float* partial = nullptr;
                 cudaError_t status = cudaMallocAsync(reinterpret_cast<void**>(&partial), sizeof(float) * outer * chunks, stream);
                 if (status != cudaSuccess) return (int)status;
-                cg_reduce_chunks<BLOCK, V, KIND><<<dim3((unsigned)chunks, (unsigned)outer), BLOCK, 0, stream>>>(x, partial, R, chunk);
-                cg_reduce_rows<BLOCK, 1, KIND, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(partial, y, outer, chunks, e);
+                cg_reduce_chunks<BLOCK, V, KIND, P><<<dim3((unsigned)chunks, (unsigned)outer), BLOCK, 0, stream>>>(
+                    x, partial, R, chunk, p);
+                cg_reduce_rows<BLOCK, 1, KIND, CgIdentity, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(
+                    partial, y, outer, chunks, CgIdentity{}, e);
                 status = cudaGetLastError();
                 const cudaError_t freed = cudaFreeAsync(partial, stream);
                 return (int)(status != cudaSuccess ? status : freed);
             }
         }
-        cg_reduce_rows<BLOCK, V, KIND, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(x, y, outer, R, e);
+        cg_reduce_rows<BLOCK, V, KIND, P, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(x, y, outer, R, p, e);
     } else {
-        cg_reduce_cols<BLOCK, KIND, E><<<cg_grid(outer * inner, BLOCK), BLOCK, 0, stream>>>(x, y, outer, R, inner, e);
+        cg_reduce_cols<BLOCK, KIND, P, E><<<cg_grid(outer * inner, BLOCK), BLOCK, 0, stream>>>(x, y, outer, R, inner, p, e);
     }
     return (int)cudaGetLastError();
 }

@@ -1,6 +1,6 @@
 // Templates: reductions and normalisations over one axis (C++ twin for the CPU backend).
 //
-// Same contracts as reduce.cuh: x viewed as [outer, R, inner]; cg_reduce<KIND>, cg_argreduce<IS_MAX>,
+// Same contracts as reduce.cuh: x viewed as [outer, R, inner]; cg_reduce<KIND> (with its prologue), cg_argreduce<IS_MAX>,
 // cg_normalize<KIND> with the epilogue `float operator()(float v, int64_t index) const` and CgAffine.
 // OpenMP threads over the (outer, inner) positions in chunks of ROWS; a row (inner == 1) is walked with
 // `#pragma omp simd` reductions.
@@ -28,38 +28,44 @@ struct CgAffine {
     }
 };
 
-template <int KIND> static inline float cg_reduce_line(const float* p, int64_t R, int64_t stride) {
+// KIND over the R values P(p[r * stride], base + r * stride) (P: the prologue, see cg_reduce).
+template <int KIND, class P>
+static inline float cg_reduce_line(const float* p, int64_t R, int64_t stride, int64_t base, const P& pro) {
     if (KIND == CG_SUM) {
         float s = 0.f;
         if (stride == 1) {
             #pragma omp simd reduction(+ : s)
-            for (int64_t r = 0; r < R; ++r) s += p[r];
+            for (int64_t r = 0; r < R; ++r) s += pro(p[r], base + r);
         } else {
-            for (int64_t r = 0; r < R; ++r) s += p[r * stride];
+            for (int64_t r = 0; r < R; ++r) s += pro(p[r * stride], base + r * stride);
         }
         return s;
     }
     if (KIND == CG_MAX || KIND == CG_MIN || KIND == CG_LOGSUMEXP) {
         float m = (KIND == CG_MIN) ? INFINITY : -INFINITY;
-        for (int64_t r = 0; r < R; ++r) m = KIND == CG_MIN ? cg_min(m, p[r * stride]) : cg_max(m, p[r * stride]);
+        for (int64_t r = 0; r < R; ++r) {
+            const float v = pro(p[r * stride], base + r * stride);
+            m = KIND == CG_MIN ? cg_min(m, v) : cg_max(m, v);
+        }
         if (KIND != CG_LOGSUMEXP) return m;
         const float shift = std::isinf(m) ? 0.f : m;
         float s = 0.f;
-        for (int64_t r = 0; r < R; ++r) s += expf(p[r * stride] - shift);
+        for (int64_t r = 0; r < R; ++r) s += expf(pro(p[r * stride], base + r * stride) - shift);
         return logf(s) + shift;
     }
     float q = 1.f;
-    for (int64_t r = 0; r < R; ++r) q *= p[r * stride];
+    for (int64_t r = 0; r < R; ++r) q *= pro(p[r * stride], base + r * stride);
     return q;
 }
 
-template <int ROWS, int KIND, class E>
-int cg_reduce(const float* x, float* y, int64_t outer, int64_t R, int64_t inner, const E& e) {
+// P, the prologue: the value reduced at x's linear index i is P(x[i], i) (CgIdentity for none).
+template <int ROWS, int KIND, class P, class E>
+int cg_reduce(const float* x, float* y, int64_t outer, int64_t R, int64_t inner, const P& p, const E& e) {
     const int64_t total = outer * inner;
     #pragma omp parallel for schedule(static, ROWS)
     for (int64_t t = 0; t < total; ++t) {
         const int64_t o = t / inner, j = t - o * inner;
-        y[t] = e(cg_reduce_line<KIND>(x + o * R * inner + j, R, inner), t);
+        y[t] = e(cg_reduce_line<KIND>(x + o * R * inner + j, R, inner, o * R * inner + j, p), t);
     }
     return 0;
 }
@@ -94,13 +100,13 @@ int cg_normalize(const float* x, float* y, int64_t outer, int64_t R, int64_t inn
         float* q = y + o * R * inner + j;
         float a = 0.f, b = 1.f;
         if (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
-            const float m = cg_reduce_line<CG_MAX>(p, R, inner);
+            const float m = cg_reduce_line<CG_MAX>(p, R, inner, 0, CgIdentity{});
             a = std::isinf(m) ? 0.f : m;
             float s = 0.f;
             for (int64_t r = 0; r < R; ++r) s += expf(p[r * inner] - a);
             b = KIND == CG_SOFTMAX ? 1.f / s : logf(s);
         } else if (KIND == CG_LAYER_NORM) {
-            a = cg_reduce_line<CG_SUM>(p, R, inner) / (float)R;
+            a = cg_reduce_line<CG_SUM>(p, R, inner, 0, CgIdentity{}) / (float)R;
             float v = 0.f;
             for (int64_t r = 0; r < R; ++r) { const float d = p[r * inner] - a; v += d * d; }
             b = 1.f / sqrtf(v / (float)R + eps);
