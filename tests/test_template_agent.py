@@ -632,7 +632,8 @@ def test_cuda_pool_kernel_emulated_on_cpu(tmp_path):
 # write-barrier-read-barrier on the warp's own barrier; blocks run one after another. Checked against
 # float64 loops for softmax, log-softmax, layer norm with affine groups (group norm's form) and RMS norm,
 # rows kept in shared memory and rows too long for it, vector widths 1 and 4, more rows than blocks,
-# rows holding -inf (masked softmax entries), and logsumexp rows through a prologue that uses the index.
+# rows holding -inf (masked softmax entries), few long rows split over blocks (three launches), and
+# logsumexp rows through a prologue that uses the index.
 _ROW_EMULATION = r'''
 #include <barrier>
 #include <cstdio>
@@ -648,6 +649,8 @@ std::vector<std::barrier<>*> cg_warp_barriers;
 float cg_lanes[1024];
 float* cg_dynamic_smem;
 struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
 #define __global__
 #define __device__
 #define __launch_bounds__(n)
@@ -666,7 +669,7 @@ struct Ident { float operator()(float v, int64_t) const { return v; } };
 struct Prologue { float operator()(float v, int64_t i) const { return 0.5f * v + (float)(i % 3); } };
 @KERNEL@
 template <int BLOCK, int V, int KIND, bool CACHED>
-double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = false) {
+double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = false, int64_t split = 0) {
     std::vector<float> x(outer * R), y(logsumexp ? outer : outer * R, NAN), g(R), b(R);
     unsigned state = 11;
     auto next = [&] { state = state * 1664525u + 1013904223u; return (state >> 8) / 16777216.f - .5f; };
@@ -686,7 +689,26 @@ double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = 
         warps.push_back(std::make_unique<std::barrier<>>(32));
         cg_warp_barriers.push_back(warps.back().get());
     }
-    for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+    auto launch = [&](CgDim3 grid, auto body) {
+        gridDim = grid;
+        for (unsigned by = 0; by < grid.y; ++by) for (unsigned bx = 0; bx < grid.x; ++bx) {
+            blockIdx = {bx, by, 0};
+            std::vector<std::thread> threads;
+            for (int t = 0; t < BLOCK; ++t) threads.emplace_back([&, t] { threadIdx.x = t; body(); });
+            for (auto& th : threads) th.join();
+        }
+    };
+    // the split path's three launches: chunk pairs, row coefficients, output (a grid narrower than the work)
+    const int64_t chunks = split ? (R + split - 1) / split : 0;
+    std::vector<CgPair> partial(outer * chunks);
+    std::vector<float2> coef(outer);
+    if (split) {
+        launch({(unsigned)chunks, (unsigned)outer, 1}, [&] { cg_normalize_chunks<BLOCK, V, KIND>(x.data(), partial.data(), R, split); });
+        launch({(unsigned)outer, 1, 1}, [&] {
+            cg_normalize_coefficients<BLOCK, KIND>(x.data(), partial.data(), coef.data(), chunks, R, 1e-5f); });
+        launch({3, 1, 1}, [&] { cg_normalize_apply<BLOCK, V, KIND, Ident>(x.data(), y.data(), coef.data(), outer, R, aff, Ident{}); });
+    }
+    for (unsigned bx = 0; bx < gridDim.x && !split; ++bx) {
         blockIdx = {bx, 0, 0};
         std::vector<std::thread> threads;
         for (int t = 0; t < BLOCK; ++t)
@@ -735,7 +757,9 @@ int main() {
                      run<128, 1, CG_LOG_SOFTMAX, true>(4, 333, true, false), run<64, 4, CG_LOG_SOFTMAX, false>(2, 2048, false, false),
                      run<64, 4, CG_LAYER_NORM, true>(6, 512, false, true), run<256, 1, CG_LAYER_NORM, false>(3, 3001, false, false),
                      run<64, 4, CG_RMS_NORM, true>(4, 256, false, true), run<32, 2, CG_RMS_NORM, false>(5, 998, false, false),
-                     run<64, 4, CG_SOFTMAX, false>(7, 700, true, false, true)})
+                     run<64, 4, CG_SOFTMAX, false>(7, 700, true, false, true),
+                     run<64, 4, CG_LAYER_NORM, false>(3, 4096, false, true, false, 1024), run<32, 1, CG_SOFTMAX, false>(2, 999, true, false, false, 200),
+                     run<64, 2, CG_LOG_SOFTMAX, false>(2, 3000, false, false, false, 512), run<64, 4, CG_RMS_NORM, false>(2, 2048, false, true, false, 768)})
         worst = std::fmax(worst, e);
     printf("max_error %.3g\n", worst);
     return 0;

@@ -18,7 +18,9 @@
 //   CG_LAYER_NORM (mean and biased variance, then (x - mean) * rsqrt(var + eps) * g + b),
 //   CG_RMS_NORM (x * rsqrt(mean(x^2) + eps) * g + b).
 //   Rows (inner == 1) take their statistics in one pass (see CgPair) and keep a row of at most
-//   CG_ROW_CACHE floats in shared memory for the output pass; columns walk R three times per thread.
+//   CG_ROW_CACHE floats in shared memory for the output pass; fewer than CG_SPLIT_ROWS rows of at least
+//   CG_SPLIT_LEN are cut into chunks over many blocks (chunk statistics, row coefficients, then the
+//   output, three launches); columns walk R three times per thread.
 //   g and b may be null; their index for element (row, r) is (row % aff_groups) * aff_group_size
 //   + r / aff_div (layer norm: 1, 0, 1; group norm over rows (n, group): G, C/G, spatial size).
 //
@@ -313,6 +315,25 @@ struct CgAffine {
     }
 };
 
+// The row's coefficients from its pair: y = (x - a) * b, or for softmax exp(x - a) * b, log-softmax x - a - b.
+template <int KIND> CG_FN float2 cg_norm_coefficients(CgPair t, float shift, int64_t R, float eps) {
+    if constexpr (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
+        const float s = isinf(t.a) ? t.b * expf(t.a) : t.b;  // the sum with shift 0 when the max is infinite
+        return make_float2(isinf(t.a) ? 0.f : t.a, KIND == CG_SOFTMAX ? 1.f / s : logf(s));
+    } else if constexpr (KIND == CG_LAYER_NORM) {
+        const float mean_shifted = t.a / (float)R;
+        return make_float2(shift + mean_shifted, rsqrtf(fmaxf(t.b / (float)R - mean_shifted * mean_shifted, 0.f) + eps));
+    } else {
+        return make_float2(0.f, rsqrtf(t.b / (float)R + eps));
+    }
+}
+
+template <int KIND> CG_FN float cg_norm_output(float v, float2 c, const CgAffine& aff, int64_t row, int64_t r) {
+    if constexpr (KIND == CG_SOFTMAX) return expf(v - c.x) * c.y;
+    else if constexpr (KIND == CG_LOG_SOFTMAX) return v - c.x - c.y;
+    else return aff.apply((v - c.x) * c.y, row, r);
+}
+
 template <int BLOCK, int V, int KIND, bool CACHED, class E>
 __global__ void __launch_bounds__(BLOCK) cg_normalize_rows(const float* __restrict__ x, float* __restrict__ y,
                                                            int64_t outer, int64_t R, float eps, CgAffine aff, E e) {
@@ -329,32 +350,64 @@ __global__ void __launch_bounds__(BLOCK) cg_normalize_rows(const float* __restri
 #pragma unroll
             for (int j = 0; j < V; ++j) cg_pair_add<KIND>(acc, v[j], shift);
         }
-        const CgPair t = cg_block_pair<BLOCK, KIND>(acc);
-        float a = 0.f, b = 1.f;  // y = (x - a) * b, or for softmax exp(x - a) * b, log-softmax x - a - b
-        if constexpr (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
-            a = isinf(t.a) ? 0.f : t.a;
-            const float s = isinf(t.a) ? t.b * expf(t.a) : t.b;  // the sum with shift 0 when the max is infinite
-            b = KIND == CG_SOFTMAX ? 1.f / s : logf(s);
-        } else if constexpr (KIND == CG_LAYER_NORM) {
-            const float mean_shifted = t.a / (float)R;
-            a = shift + mean_shifted;
-            b = rsqrtf(fmaxf(t.b / (float)R - mean_shifted * mean_shifted, 0.f) + eps);
-        } else {
-            b = rsqrtf(t.b / (float)R + eps);
-        }
+        const float2 c = cg_norm_coefficients<KIND>(cg_block_pair<BLOCK, KIND>(acc), shift, R, eps);
         for (int64_t r = (int64_t)threadIdx.x * V; r < R; r += (int64_t)BLOCK * V) {
             float v[V];
             cg_load<V>((CACHED ? cache : row) + r, v);
 #pragma unroll
-            for (int j = 0; j < V; ++j) {
-                float u;
-                if constexpr (KIND == CG_SOFTMAX) u = expf(v[j] - a) * b;
-                else if constexpr (KIND == CG_LOG_SOFTMAX) u = v[j] - a - b;
-                else u = aff.apply((v[j] - a) * b, o, r + j);
-                v[j] = e(u, o * R + r + j);
-            }
+            for (int j = 0; j < V; ++j) v[j] = e(cg_norm_output<KIND>(v[j], c, aff, o, r + j), o * R + r + j);
             cg_store<V>(y + o * R + r, v);
         }
+    }
+}
+
+// Few long rows (as cg_reduce's split): block (c, o) takes the pair of x[o, c*chunk : (c+1)*chunk)
+// (the layer norm's shift is the row's first element in every chunk, so the pairs add up) ...
+template <int BLOCK, int V, int KIND>
+__global__ void __launch_bounds__(BLOCK) cg_normalize_chunks(const float* __restrict__ x, CgPair* __restrict__ partial,
+                                                             int64_t R, int64_t chunk) {
+    const int64_t o = blockIdx.y, start = (int64_t)blockIdx.x * chunk;
+    const int64_t end = R - start < chunk ? R : start + chunk;
+    const float* row = x + o * R;
+    const float shift = KIND == CG_LAYER_NORM ? row[0] : 0.f;
+    CgPair acc = cg_pair_identity<KIND>();
+    for (int64_t r = start + (int64_t)threadIdx.x * V; r < end; r += (int64_t)BLOCK * V) {
+        float v[V];
+        cg_load<V>(row + r, v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) cg_pair_add<KIND>(acc, v[j], shift);
+    }
+    const CgPair t = cg_block_pair<BLOCK, KIND>(acc);
+    if (threadIdx.x == 0) partial[o * gridDim.x + blockIdx.x] = t;
+}
+
+// ... one block per row combines its chunks' pairs into the row's coefficients ...
+template <int BLOCK, int KIND>
+__global__ void __launch_bounds__(BLOCK) cg_normalize_coefficients(const float* __restrict__ x,
+                                                                   const CgPair* __restrict__ partial,
+                                                                   float2* __restrict__ coef, int64_t chunks,
+                                                                   int64_t R, float eps) {
+    const int64_t o = blockIdx.x;
+    CgPair acc = cg_pair_identity<KIND>();
+    for (int64_t c = threadIdx.x; c < chunks; c += BLOCK) acc = cg_pair_combine<KIND>(acc, partial[o * chunks + c]);
+    const CgPair t = cg_block_pair<BLOCK, KIND>(acc);
+    if (threadIdx.x == 0) coef[o] = cg_norm_coefficients<KIND>(t, KIND == CG_LAYER_NORM ? x[o * R] : 0.f, R, eps);
+}
+
+// ... and every element is written from its row's coefficients (R % V == 0: a vector stays in its row).
+template <int BLOCK, int V, int KIND, class E>
+__global__ void __launch_bounds__(BLOCK) cg_normalize_apply(const float* __restrict__ x, float* __restrict__ y,
+                                                            const float2* __restrict__ coef, int64_t outer, int64_t R,
+                                                            CgAffine aff, E e) {
+    const int64_t n = outer * R;
+    for (int64_t i = ((int64_t)blockIdx.x * BLOCK + threadIdx.x) * V; i < n; i += (int64_t)gridDim.x * BLOCK * V) {
+        const int64_t o = i / R, r = i - o * R;
+        const float2 c = coef[o];
+        float v[V];
+        cg_load<V>(x + i, v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = e(cg_norm_output<KIND>(v[j], c, aff, o, r + j), i + j);
+        cg_store<V>(y + i, v);
     }
 }
 
@@ -405,7 +458,27 @@ int cg_normalize(const float* x, float* y, int64_t outer, int64_t R, int64_t inn
     if (inner == 1) {
         if (V > 1 && (R % V != 0 || !cg_aligned({x, y}, 4 * V)))
             return cg_normalize<BLOCK, 1, KIND, E>(x, y, outer, R, inner, eps, aff, e, stream);
-        if (R <= CG_ROW_CACHE) {
+        if (outer < CG_SPLIT_ROWS && R >= CG_SPLIT_LEN) {  // too few rows to fill the device
+            const int64_t unit = (int64_t)BLOCK * V * 4;
+            int64_t chunks = 1024 / outer;
+            if (chunks > R / unit) chunks = R / unit;
+            const int64_t chunk = ((R + chunks - 1) / chunks + unit - 1) / unit * unit;  // a multiple of V
+            chunks = (R + chunk - 1) / chunk;
+            void* scratch = nullptr;
+            const size_t pairs = sizeof(CgPair) * (size_t)(outer * chunks);
+            cudaError_t status = cudaMallocAsync(&scratch, pairs + sizeof(float2) * (size_t)outer, stream);
+            if (status != cudaSuccess) return (int)status;
+            CgPair* partial = static_cast<CgPair*>(scratch);
+            float2* coef = reinterpret_cast<float2*>(static_cast<char*>(scratch) + pairs);  // pairs: 8-byte multiple
+            cg_normalize_chunks<BLOCK, V, KIND><<<dim3((unsigned)chunks, (unsigned)outer), BLOCK, 0, stream>>>(
+                x, partial, R, chunk);
+            cg_normalize_coefficients<BLOCK, KIND><<<(unsigned)outer, BLOCK, 0, stream>>>(x, partial, coef, chunks, R, eps);
+            cg_normalize_apply<BLOCK, V, KIND, E><<<cg_grid(outer * R / V, BLOCK), BLOCK, 0, stream>>>(
+                x, y, coef, outer, R, aff, e);
+            status = cudaGetLastError();
+            const cudaError_t freed = cudaFreeAsync(scratch, stream);
+            return (int)(status != cudaSuccess ? status : freed);
+        } else if (R <= CG_ROW_CACHE) {
             const size_t bytes = sizeof(float) * (size_t)((R + 3) / 4 * 4);
             static size_t allowed = 48 * 1024;  // the default limit; larger needs the opt-in, once per size
             if (bytes > allowed) {
