@@ -673,6 +673,8 @@ class _Tracer:
         shape = dict(n=xb.shape[0], c=xb.shape[1], oc=xb.shape[1], groups=1, d=spatial_in[0], h=spatial_in[1],
                      w=spatial_in[2], od=spatial_out[0], oh=spatial_out[1], ow=spatial_out[2], kd=k[0], kh=k[1],
                      kw=k[2], sd=s[0], sh=s[1], sw=s[2], pd=p[0], ph=p[1], pw=p[2], dd=dl[0], dh=dl[1], dw=dl[2])
+        if max(math.prod(spatial_in), math.prod(spatial_out)) >= 2 ** 31:
+            raise Unsupported("a pooling plane past 32-bit indexing")
         out = self._temp(out_shape)
         stage = self._stage("pool", out, [xb], shape=shape, is_max=is_max, count_include_pad=count_include_pad)
         return _Value(tuple(out_shape), V, [], producer=stage)
@@ -1180,6 +1182,9 @@ def _split_epilogue(stage: Stage, fuse: bool) -> tuple[Stage, Stage | None]:
     return head, tail
 
 
+_POOL_GEOMETRY = ("d", "h", "w", "od", "oh", "ow", "kd", "kh", "kw", "sd", "sh", "sw", "pd", "ph", "pw", "dd", "dh", "dw")
+
+
 def _conv_shape_init(shape: dict[str, int]) -> str:
     order = ["n", "c", "oc", "groups", "d", "h", "w", "od", "oh", "ow", "kd", "kh", "kw", "sd", "sh", "sw",
              "pd", "ph", "pw", "dd", "dh", "dw"]
@@ -1243,8 +1248,10 @@ def _render_stage(stage: Stage, knobs: dict[str, Any], backend: str) -> _Launch:
             call = f"cg_conv_transpose{tmpl}(x, w, y, shape, epi{stream_arg})"
         else:
             is_max = "true" if p["is_max"] else "false"
-            window = f"{p['shape']['kd']}, {p['shape']['kh']}, {p['shape']['kw']}"
-            tmpl = f"<{knobs['direct_block']}, {is_max}, {window}>" if cuda else f"<{is_max}>"
+            if cuda:  # the plane's geometry as compile-time constants (conv.cuh, cg_pool)
+                fields = ", ".join(f"{k} = {int(p['shape'][k])}" for k in _POOL_GEOMETRY)
+                code += f"struct Pool_{name} {{ static constexpr int {fields}; }};\n"
+            tmpl = f"<{knobs['direct_block']}, {is_max}, Pool_{name}>" if cuda else f"<{is_max}>"
             include = "true" if p["count_include_pad"] else "false"
             call = f"cg_pool{tmpl}(x, y, shape, {include}, epi{stream_arg})"
         if cuda and stage.kind in CUDNN_KINDS and knobs.get("conv_impl") == "cudnn":

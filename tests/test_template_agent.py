@@ -490,7 +490,7 @@ def test_cuda_convs_default_to_cudnn_and_the_source_compiles(tmp_path):
         pytest.skip("nvcc not found")
     pool = plan_task(get_task("builtin/L1/max_pool2d"), "cuda")
     pool_source, _, _, _ = render_kernels(pool, KnobSpace.for_plan(pool).values(KnobSpace.for_plan(pool).default()))
-    assert "cg_pool<256, true, 1, 3, 3>" in pool_source  # the window is a template constant
+    assert "cg_pool<256, true, Pool_s0>" in pool_source and "kd = 1, kh = 3, kw = 3" in pool_source  # compile-time geometry
     for name, text in (("conv", source), ("conv_transpose", transposed_source), ("pool", pool_source)):
         path = tmp_path / f"{name}.cu"
         path.write_text(text)
@@ -557,7 +557,19 @@ using std::min;
 struct CgConvShape { int64_t n, c, oc, groups, d, h, w, od, oh, ow, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw; };
 struct Ident { float operator()(float v, int64_t) const { return v; } };
 @KERNEL@
-template <bool IS_MAX, int KD, int KH, int KW> double run(const CgConvShape& s, bool include) {
+// The renderer's struct (n, c: the planes) and the run-time shape the reference loop reads.
+#define GEOMETRY(name, n_, c_, d_, h_, w_, od_, oh_, ow_, kd_, kh_, kw_, sd_, sh_, sw_, pd_, ph_, pw_, dd_, dh_, dw_) \
+    struct name { static constexpr int d = d_, h = h_, w = w_, od = od_, oh = oh_, ow = ow_, kd = kd_, kh = kh_, kw = kw_, \
+                  sd = sd_, sh = sh_, sw = sw_, pd = pd_, ph = ph_, pw = pw_, dd = dd_, dh = dh_, dw = dw_; \
+                  static constexpr CgConvShape shape{n_, c_, c_, 1, d_, h_, w_, od_, oh_, ow_, kd_, kh_, kw_, sd_, sh_, sw_, \
+                                                     pd_, ph_, pw_, dd_, dh_, dw_}; };
+GEOMETRY(Max2d, 2, 3, 1, 17, 19, 1, 7, 8, 1, 3, 3, 1, 2, 2, 0, 1, 1, 1, 2, 2)      // dilation 2
+GEOMETRY(Max3d, 1, 5, 6, 7, 5, 3, 4, 3, 2, 2, 2, 2, 2, 2, 0, 1, 1, 1, 1, 1)
+GEOMETRY(Avg2d, 3, 2, 1, 20, 21, 1, 20, 21, 1, 3, 3, 1, 1, 1, 0, 1, 1, 1, 1, 1)    // 3x3, stride 1, pad 1
+GEOMETRY(Avg1d, 2, 4, 1, 1, 70, 1, 1, 71, 1, 1, 8, 1, 1, 1, 0, 0, 4, 1, 1, 1)      // KernelBench L1/44's form
+GEOMETRY(Avg3d, 1, 3, 9, 8, 10, 5, 4, 5, 3, 3, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1)
+template <bool IS_MAX, class S> double run(bool include) {
+    const CgConvShape s = S::shape;
     const int64_t planes = s.n * s.c, isp = s.d * s.h * s.w, osp = s.od * s.oh * s.ow;
     std::vector<float> x(planes * isp), y(planes * osp, NAN), r(y.size());
     unsigned state = 3;
@@ -578,29 +590,20 @@ template <bool IS_MAX, int KD, int KH, int KW> double run(const CgConvShape& s, 
         r[p * osp + (oz * s.oh + oy) * s.ow + ox] = (float)acc;
     }
     constexpr int BLOCK = 64;
-    const CgPoolPlane q{(int)s.d, (int)s.h, (int)s.w, (int)s.od, (int)s.oh, (int)s.ow, (int)s.sd, (int)s.sh, (int)s.sw,
-                        (int)s.pd, (int)s.ph, (int)s.pw, (int)s.dd, (int)s.dh, (int)s.dw};
     gridDim = {(unsigned)std::max<int64_t>(1, (osp + BLOCK - 1) / BLOCK / 2), (unsigned)std::max<int64_t>(1, planes / 2), 1};
     for (unsigned by = 0; by < gridDim.y; ++by) for (unsigned bx = 0; bx < gridDim.x; ++bx) for (int t = 0; t < BLOCK; ++t) {
         blockIdx = {bx, by, 0};
         threadIdx = {(unsigned)t, 0, 0};
-        cg_pool_kernel<BLOCK, IS_MAX, KD, KH, KW, Ident>(x.data(), y.data(), q, planes, include, Ident{});
+        cg_pool_kernel<BLOCK, IS_MAX, S, Ident>(x.data(), y.data(), planes, include, Ident{});
     }
     double err = 0;
     for (size_t i = 0; i < y.size(); ++i) err = std::isnan(y[i]) ? INFINITY : std::fmax(err, std::fabs(y[i] - r[i]));
     return err;
 }
 int main() {
-    // n, c, oc, groups, d, h, w, od, oh, ow, kernel, stride, padding, dilation
-    const CgConvShape max2d{2, 3, 3, 1, 1, 17, 19, 1, 7, 8, 1, 3, 3, 1, 2, 2, 0, 1, 1, 1, 2, 2};      // dilation 2
-    const CgConvShape max3d{1, 5, 5, 1, 6, 7, 5, 3, 4, 3, 2, 2, 2, 2, 2, 2, 0, 1, 1, 1, 1, 1};
-    const CgConvShape avg2d{3, 2, 2, 1, 1, 20, 21, 1, 20, 21, 1, 3, 3, 1, 1, 1, 0, 1, 1, 1, 1, 1};    // 3x3, stride 1, pad 1
-    const CgConvShape avg1d{2, 4, 4, 1, 1, 1, 70, 1, 1, 71, 1, 1, 8, 1, 1, 1, 0, 0, 4, 1, 1, 1};      // KernelBench L1/44's form
-    const CgConvShape avg3d{1, 3, 3, 1, 9, 8, 10, 5, 4, 5, 3, 3, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1};
     double worst = 0;
-    for (double e : {run<true, 1, 3, 3>(max2d, false), run<true, 2, 2, 2>(max3d, false), run<false, 1, 3, 3>(avg2d, true),
-                     run<false, 1, 3, 3>(avg2d, false), run<false, 1, 1, 8>(avg1d, true), run<false, 3, 3, 3>(avg3d, false),
-                     run<false, 3, 3, 3>(avg3d, true)})
+    for (double e : {run<true, Max2d>(false), run<true, Max3d>(false), run<false, Avg2d>(true), run<false, Avg2d>(false),
+                     run<false, Avg1d>(true), run<false, Avg3d>(false), run<false, Avg3d>(true)})
         worst = std::fmax(worst, e);
     printf("max_abs_error %.3g\n", worst);
     return 0;
@@ -615,7 +618,8 @@ def test_cuda_pool_kernel_emulated_on_cpu(tmp_path):
     if shutil.which("g++") is None:
         pytest.skip("g++ not found")
     text = (template_dir() / "conv.cuh").read_text()
-    kernel = text[text.index("struct CgPoolPlane"):text.index("// KD, KH, KW must equal")]
+    kernel = text[text.index("template <int BLOCK, bool IS_MAX, class S, class E>\n__global__"):
+                  text.index("// S must describe s")]
     source = tmp_path / "pool_emulation.cpp"
     source.write_text(_POOL_EMULATION.replace("@KERNEL@", kernel))
     binary = tmp_path / "pool_emulation"

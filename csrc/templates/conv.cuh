@@ -20,9 +20,9 @@
 // cg_conv_transpose<BLOCK>: nn.ConvTranspose1d/2d/3d (any stride, padding, output_padding, dilation,
 //   groups; weight [c, oc/groups, kd, kh, kw]), one thread per output gathering the inputs that reach it.
 //   Knobs: BLOCK in {64, 128, 256, 512}.
-// cg_pool<BLOCK, IS_MAX, KD, KH, KW>: max pooling (with dilation) or average pooling (count_include_pad
-//   as given; ceil_mode is not supported), one thread per output, blocks over one (n, c) plane at a
-//   time; the window extents are template constants. Knobs: BLOCK in {64, 128, 256, 512}.
+// cg_pool<BLOCK, IS_MAX, S>: max pooling (with dilation) or average pooling (count_include_pad as given;
+//   ceil_mode is not supported), one thread per output, blocks over one (n, c) plane at a time; S holds
+//   the plane's geometry as compile-time constants. Knobs: BLOCK in {64, 128, 256, 512}.
 #pragma once
 #include "common.h"
 
@@ -247,40 +247,37 @@ int cg_conv_transpose(const float* x, const float* w, float* y, const CgConvShap
 
 // Pooling: s.c == s.oc channels, groups unused; count_include_pad selects the average's divisor.
 // Blocks walk one (n, c) plane at a time (blockIdx.y), threads its outputs in order, so a warp reads
-// neighbouring inputs; the index math within a plane is 32-bit and the window (KD, KH, KW) is a
-// template constant, so the taps unroll. (One thread per output with 64-bit divisions per output ran
-// integer-bound: 10x slower than torch.compile on a 3x3 average pool, H200 session 10.)
-struct CgPoolPlane {
-    int d, h, w, od, oh, ow, sd, sh, sw, pd, ph, pw, dd, dh, dw;
-};
-
-template <int BLOCK, bool IS_MAX, int KD, int KH, int KW, class E>
+// neighbouring inputs. The plane's extents, window, strides, padding and dilation are compile-time
+// constants of S (a struct the renderer writes: static constexpr int d, h, w, od, oh, ow, kd, kh, kw,
+// sd, sh, sw, pd, ph, pw, dd, dh, dw), so the index divisions become multiplications and the taps
+// unroll. (One thread per output with 64-bit divisions ran integer-bound: 0.10x vs torch.compile on
+// a 3x3 average pool; with run-time 32-bit extents 0.29x; H200, session 11.)
+template <int BLOCK, bool IS_MAX, class S, class E>
 __global__ void __launch_bounds__(BLOCK)
-cg_pool_kernel(const float* __restrict__ x, float* __restrict__ y, CgPoolPlane s, int64_t planes,
-               bool count_include_pad, E e) {
-    const int osp = s.od * s.oh * s.ow, ohw = s.oh * s.ow;
-    const int64_t isp = (int64_t)s.d * s.h * s.w;
+cg_pool_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t planes, bool count_include_pad, E e) {
+    constexpr int osp = S::od * S::oh * S::ow, ohw = S::oh * S::ow;
+    constexpr int64_t isp = (int64_t)S::d * S::h * S::w;
     for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
         const float* xp = x + plane * isp;
         for (int sp = blockIdx.x * BLOCK + threadIdx.x; sp < osp; sp += gridDim.x * BLOCK) {
             const int oz = sp / ohw, rest = sp - oz * ohw;
-            const int oy = rest / s.ow, ox = rest - oy * s.ow;
-            const int z0 = oz * s.sd - s.pd, y0 = oy * s.sh - s.ph, x0 = ox * s.sw - s.pw;
+            const int oy = rest / S::ow, ox = rest - oy * S::ow;
+            const int z0 = oz * S::sd - S::pd, y0 = oy * S::sh - S::ph, x0 = ox * S::sw - S::pw;
             float acc = IS_MAX ? -INFINITY : 0.f;
             int counted = 0;
 #pragma unroll
-            for (int kz = 0; kz < KD; ++kz) {
-                const int iz = z0 + kz * s.dd;
-                const bool z_in = iz >= 0 && iz < s.d;
+            for (int kz = 0; kz < S::kd; ++kz) {
+                const int iz = z0 + kz * S::dd;
+                const bool z_in = iz >= 0 && iz < S::d;
 #pragma unroll
-                for (int ky = 0; ky < KH; ++ky) {
-                    const int iy = y0 + ky * s.dh;
-                    const bool zy_in = z_in && iy >= 0 && iy < s.h;
-                    const float* xrow = xp + ((int64_t)iz * s.h + iy) * s.w;
+                for (int ky = 0; ky < S::kh; ++ky) {
+                    const int iy = y0 + ky * S::dh;
+                    const bool zy_in = z_in && iy >= 0 && iy < S::h;
+                    const float* xrow = xp + ((int64_t)iz * S::h + iy) * S::w;
 #pragma unroll
-                    for (int kx = 0; kx < KW; ++kx) {
-                        const int ix = x0 + kx * s.dw;
-                        if (zy_in && ix >= 0 && ix < s.w) {
+                    for (int kx = 0; kx < S::kw; ++kx) {
+                        const int ix = x0 + kx * S::dw;
+                        if (zy_in && ix >= 0 && ix < S::w) {
                             const float v = __ldg(xrow + ix);
                             if (IS_MAX) acc = cg_max(acc, v);
                             else { acc += v; ++counted; }
@@ -292,7 +289,8 @@ cg_pool_kernel(const float* __restrict__ x, float* __restrict__ y, CgPoolPlane s
                 // With count_include_pad the divisor is the window clipped to the padded input, as torch does.
                 int div = counted;
                 if (count_include_pad) {
-                    const int z1 = min(z0 + KD, s.d + s.pd), y1 = min(y0 + KH, s.h + s.ph), x1 = min(x0 + KW, s.w + s.pw);
+                    const int z1 = min(z0 + S::kd, S::d + S::pd), y1 = min(y0 + S::kh, S::h + S::ph);
+                    const int x1 = min(x0 + S::kw, S::w + S::pw);
                     div = (z1 - z0) * (y1 - y0) * (x1 - x0);
                 }
                 acc = div > 0 ? acc / (float)div : 0.f;
@@ -303,19 +301,18 @@ cg_pool_kernel(const float* __restrict__ x, float* __restrict__ y, CgPoolPlane s
     }
 }
 
-// KD, KH, KW must equal s.kd, s.kh, s.kw (the renderer writes both from the same shape).
-template <int BLOCK, bool IS_MAX, int KD, int KH, int KW, class E>
+// S must describe s (the renderer writes both from the same shape); s gives the plane count.
+template <int BLOCK, bool IS_MAX, class S, class E>
 int cg_pool(const float* x, float* y, const CgConvShape& s, bool count_include_pad, const E& e, cudaStream_t stream) {
     const int64_t planes = s.n * s.c, osp = s.od * s.oh * s.ow;
     if (planes * osp <= 0) return 0;
-    if (s.kd != KD || s.kh != KH || s.kw != KW || s.d * s.h * s.w >= (1LL << 31) || osp >= (1LL << 31))
-        return (int)cudaErrorInvalidValue;  // a plane past 32-bit indexing (8 GiB) or a window unlike the template's
-    const CgPoolPlane p{(int)s.d, (int)s.h, (int)s.w, (int)s.od, (int)s.oh, (int)s.ow, (int)s.sd, (int)s.sh,
-                        (int)s.sw, (int)s.pd, (int)s.ph, (int)s.pw, (int)s.dd, (int)s.dh, (int)s.dw};
+    if (s.kd != S::kd || s.kh != S::kh || s.kw != S::kw || s.d != S::d || s.h != S::h || s.w != S::w || s.od != S::od ||
+        s.oh != S::oh || s.ow != S::ow)
+        return (int)cudaErrorInvalidValue;
     int64_t across = (osp + BLOCK - 1) / BLOCK;
     if (across > (1LL << 20)) across = 1LL << 20;
     const int64_t down = planes < 65535 ? planes : 65535;
-    cg_pool_kernel<BLOCK, IS_MAX, KD, KH, KW, E><<<dim3((unsigned)across, (unsigned)down), BLOCK, 0, stream>>>(
-        x, y, p, planes, count_include_pad, e);
+    cg_pool_kernel<BLOCK, IS_MAX, S, E><<<dim3((unsigned)across, (unsigned)down), BLOCK, 0, stream>>>(
+        x, y, planes, count_include_pad, e);
     return (int)cudaGetLastError();
 }
