@@ -757,7 +757,8 @@ double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = 
 }
 int main() {
     double worst = 0;
-    for (double e : {run<64, 4, CG_SOFTMAX, true>(5, 1000, true, false), run<64, 4, CG_SOFTMAX, false>(3, 4100, false, false),
+    for (double e : {run<64, 4, CG_SOFTMAX, true>(5, 1000, true, false), run<32, 4, CG_SOFTMAX, true>(3, 2000, true, false),
+                     run<32, 2, CG_LAYER_NORM, true>(3, 1030, false, true), run<64, 4, CG_SOFTMAX, false>(3, 4100, false, false),
                      run<128, 1, CG_LOG_SOFTMAX, true>(4, 333, true, false), run<64, 4, CG_LOG_SOFTMAX, false>(2, 2048, false, false),
                      run<64, 4, CG_LAYER_NORM, true>(6, 512, false, true), run<256, 1, CG_LAYER_NORM, false>(3, 3001, false, false),
                      run<64, 4, CG_RMS_NORM, true>(4, 256, false, true), run<32, 2, CG_RMS_NORM, false>(5, 998, false, false),

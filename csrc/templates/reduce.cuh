@@ -69,16 +69,37 @@ template <int BLOCK, int OP> __device__ float cg_block_reduce(float v) {
     return scratch[0];
 }
 
+// A thread's share of row[begin, end): f(r, v) for its V-wide vectors at r = begin + (threadIdx.x + k *
+// BLOCK) * V in increasing order, CG_ROW_LOADS of them loaded before any is used, so a thread keeps
+// CG_ROW_LOADS vectors in flight (one load per loop iteration, as before, left the H200's memory at about
+// half its bandwidth with 768 threads per SM, session 11).
+#define CG_ROW_LOADS 4
+template <int BLOCK, int V, class F>
+CG_FN void cg_row_walk(const float* __restrict__ row, int64_t begin, int64_t end, F&& f) {
+    constexpr int64_t step = (int64_t)BLOCK * V;
+    int64_t r = begin + (int64_t)threadIdx.x * V;
+    for (; r + (CG_ROW_LOADS - 1) * step < end; r += CG_ROW_LOADS * step) {
+        float v[CG_ROW_LOADS][V];
+#pragma unroll
+        for (int u = 0; u < CG_ROW_LOADS; ++u) cg_load<V>(row + r + u * step, v[u]);
+#pragma unroll
+        for (int u = 0; u < CG_ROW_LOADS; ++u) f(r + u * step, v[u]);
+    }
+    for (; r < end; r += step) {
+        float v[V];
+        cg_load<V>(row + r, v);
+        f(r, v);
+    }
+}
+
 // OP over row[0..R) of the values P(x, base + r) (P: the prologue); every thread gets it.
 template <int BLOCK, int V, int OP, class P>
 __device__ float cg_row_pass(const float* __restrict__ row, int64_t R, int64_t base, const P& p) {
     float acc = cg_identity<OP>();
-    for (int64_t r = (int64_t)threadIdx.x * V; r < R; r += (int64_t)BLOCK * V) {
-        float v[V];
-        cg_load<V>(row + r, v);
+    cg_row_walk<BLOCK, V>(row, 0, R, [&](int64_t r, const float (&v)[V]) {
 #pragma unroll
         for (int j = 0; j < V; ++j) acc = cg_combine<OP>(acc, p(v[j], base + r + j));
-    }
+    });
     return cg_block_reduce<BLOCK, OP>(acc);
 }
 
@@ -152,12 +173,10 @@ __global__ void __launch_bounds__(BLOCK) cg_reduce_rows(const float* __restrict_
         float v;
         if constexpr (KIND == CG_LOGSUMEXP) {  // one pass: the softmax statistics (max, sum of exp(x - max))
             CgPair acc = cg_pair_identity<CG_SOFTMAX>();
-            for (int64_t r = (int64_t)threadIdx.x * V; r < R; r += (int64_t)BLOCK * V) {
-                float x4[V];
-                cg_load<V>(row + r, x4);
+            cg_row_walk<BLOCK, V>(row, 0, R, [&](int64_t r, const float (&x4)[V]) {
 #pragma unroll
                 for (int j = 0; j < V; ++j) cg_pair_add<CG_SOFTMAX>(acc, p(x4[j], o * R + r + j), 0.f);
-            }
+            });
             const CgPair t = cg_block_pair<BLOCK, CG_SOFTMAX>(acc);
             v = isinf(t.a) ? logf(t.b * expf(t.a)) : logf(t.b) + t.a;  // as log(sum exp(x)) when the max is infinite
         } else {
@@ -343,21 +362,18 @@ __global__ void __launch_bounds__(BLOCK) cg_normalize_rows(const float* __restri
         const float* row = x + o * R;
         const float shift = KIND == CG_LAYER_NORM ? row[0] : 0.f;
         CgPair acc = cg_pair_identity<KIND>();
-        for (int64_t r = (int64_t)threadIdx.x * V; r < R; r += (int64_t)BLOCK * V) {
-            float v[V];
-            cg_load<V>(row + r, v);
+        cg_row_walk<BLOCK, V>(row, 0, R, [&](int64_t r, const float (&v)[V]) {
             if constexpr (CACHED) cg_store<V>(cache + r, v);  // read back and refilled by this thread only: no barrier
 #pragma unroll
             for (int j = 0; j < V; ++j) cg_pair_add<KIND>(acc, v[j], shift);
-        }
+        });
         const float2 c = cg_norm_coefficients<KIND>(cg_block_pair<BLOCK, KIND>(acc), shift, R, eps);
-        for (int64_t r = (int64_t)threadIdx.x * V; r < R; r += (int64_t)BLOCK * V) {
+        cg_row_walk<BLOCK, V>(CACHED ? cache : row, 0, R, [&](int64_t r, const float (&x4)[V]) {
             float v[V];
-            cg_load<V>((CACHED ? cache : row) + r, v);
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[j] = e(cg_norm_output<KIND>(v[j], c, aff, o, r + j), o * R + r + j);
+            for (int j = 0; j < V; ++j) v[j] = e(cg_norm_output<KIND>(x4[j], c, aff, o, r + j), o * R + r + j);
             cg_store<V>(y + o * R + r, v);
-        }
+        });
     }
 }
 
@@ -371,12 +387,10 @@ __global__ void __launch_bounds__(BLOCK) cg_normalize_chunks(const float* __rest
     const float* row = x + o * R;
     const float shift = KIND == CG_LAYER_NORM ? row[0] : 0.f;
     CgPair acc = cg_pair_identity<KIND>();
-    for (int64_t r = start + (int64_t)threadIdx.x * V; r < end; r += (int64_t)BLOCK * V) {
-        float v[V];
-        cg_load<V>(row + r, v);
+    cg_row_walk<BLOCK, V>(row, start, end, [&](int64_t, const float (&v)[V]) {
 #pragma unroll
         for (int j = 0; j < V; ++j) cg_pair_add<KIND>(acc, v[j], shift);
-    }
+    });
     const CgPair t = cg_block_pair<BLOCK, KIND>(acc);
     if (threadIdx.x == 0) partial[o * gridDim.x + blockIdx.x] = t;
 }
