@@ -618,7 +618,7 @@ def test_cuda_pool_kernel_emulated_on_cpu(tmp_path):
     if shutil.which("g++") is None:
         pytest.skip("g++ not found")
     text = (template_dir() / "conv.cuh").read_text()
-    kernel = text[text.index("template <int BLOCK, bool IS_MAX, class S, class E>\n__global__"):
+    kernel = text[text.index("template <class S> struct CgPoolWork"):
                   text.index("// S must describe s")]
     source = tmp_path / "pool_emulation.cpp"
     source.write_text(_POOL_EMULATION.replace("@KERNEL@", kernel))

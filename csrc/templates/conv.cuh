@@ -21,7 +21,7 @@
 //   groups; weight [c, oc/groups, kd, kh, kw]), one thread per output gathering the inputs that reach it.
 //   Knobs: BLOCK in {64, 128, 256, 512}.
 // cg_pool<BLOCK, IS_MAX, S>: max pooling (with dilation) or average pooling (count_include_pad as given;
-//   ceil_mode is not supported), one thread per output, blocks over one (n, c) plane at a time; S holds
+//   ceil_mode is not supported), up to 4 neighbouring outputs per thread, blocks over one (n, c) plane at a time; S holds
 //   the plane's geometry as compile-time constants. Knobs: BLOCK in {64, 128, 256, 512}.
 #pragma once
 #include "common.h"
@@ -252,19 +252,32 @@ int cg_conv_transpose(const float* x, const float* w, float* y, const CgConvShap
 // sd, sh, sw, pd, ph, pw, dd, dh, dw), so the index divisions become multiplications and the taps
 // unroll. (One thread per output with 64-bit divisions ran integer-bound: 0.10x vs torch.compile on
 // a 3x3 average pool; with run-time 32-bit extents 0.29x; H200, session 11.)
+// A thread computes PW neighbouring outputs of a row; with a stride of 1 or 2 their windows overlap,
+// so it loads the input columns they share once per window row (stride-1 pools read each input kw
+// times otherwise: 0.4-0.6x vs torch.compile with one output per thread, H200 session 11).
+template <class S> struct CgPoolWork {
+    static constexpr int PW = (S::sw <= 2 && S::ow >= 8) ? 4 : 1;
+    static constexpr int GW = (S::ow + PW - 1) / PW;  // thread groups per output row
+    static constexpr int groups = S::od * S::oh * GW;  // per plane
+};
+
 template <int BLOCK, bool IS_MAX, class S, class E>
 __global__ void __launch_bounds__(BLOCK)
 cg_pool_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t planes, bool count_include_pad, E e) {
-    constexpr int osp = S::od * S::oh * S::ow, ohw = S::oh * S::ow;
+    constexpr int PW = CgPoolWork<S>::PW, GW = CgPoolWork<S>::GW, groups = CgPoolWork<S>::groups;
+    constexpr int SPAN = (PW - 1) * S::sw + (S::kw - 1) * S::dw + 1;
+    constexpr int osp = S::od * S::oh * S::ow;
     constexpr int64_t isp = (int64_t)S::d * S::h * S::w;
     for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
         const float* xp = x + plane * isp;
-        for (int sp = blockIdx.x * BLOCK + threadIdx.x; sp < osp; sp += gridDim.x * BLOCK) {
-            const int oz = sp / ohw, rest = sp - oz * ohw;
-            const int oy = rest / S::ow, ox = rest - oy * S::ow;
-            const int z0 = oz * S::sd - S::pd, y0 = oy * S::sh - S::ph, x0 = ox * S::sw - S::pw;
-            float acc = IS_MAX ? -INFINITY : 0.f;
-            int counted = 0;
+        for (int g = blockIdx.x * BLOCK + threadIdx.x; g < groups; g += gridDim.x * BLOCK) {
+            const int orow = g / GW, ox0 = (g - orow * GW) * PW;
+            const int oz = orow / S::oh, oy = orow - oz * S::oh;
+            const int z0 = oz * S::sd - S::pd, y0 = oy * S::sh - S::ph, x0 = ox0 * S::sw - S::pw;
+            float acc[PW];
+            int counted[PW];
+#pragma unroll
+            for (int q = 0; q < PW; ++q) { acc[q] = IS_MAX ? -INFINITY : 0.f; counted[q] = 0; }
 #pragma unroll
             for (int kz = 0; kz < S::kd; ++kz) {
                 const int iz = z0 + kz * S::dd;
@@ -274,29 +287,43 @@ cg_pool_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t plane
                     const int iy = y0 + ky * S::dh;
                     const bool zy_in = z_in && iy >= 0 && iy < S::h;
                     const float* xrow = xp + ((int64_t)iz * S::h + iy) * S::w;
+                    float span[SPAN];
 #pragma unroll
-                    for (int kx = 0; kx < S::kw; ++kx) {
-                        const int ix = x0 + kx * S::dw;
-                        if (zy_in && ix >= 0 && ix < S::w) {
-                            const float v = __ldg(xrow + ix);
-                            if (IS_MAX) acc = cg_max(acc, v);
-                            else { acc += v; ++counted; }
-                        }
+                    for (int t = 0; t < SPAN; ++t) {
+                        const int ix = x0 + t;
+                        span[t] = zy_in && ix >= 0 && ix < S::w ? __ldg(xrow + ix) : 0.f;
                     }
+#pragma unroll
+                    for (int q = 0; q < PW; ++q)
+#pragma unroll
+                        for (int kx = 0; kx < S::kw; ++kx) {
+                            const int t = q * S::sw + kx * S::dw, ix = x0 + t;
+                            if (zy_in && ix >= 0 && ix < S::w) {
+                                if (IS_MAX) acc[q] = cg_max(acc[q], span[t]);
+                                else { acc[q] += span[t]; ++counted[q]; }
+                            }
+                        }
                 }
             }
-            if (!IS_MAX) {
-                // With count_include_pad the divisor is the window clipped to the padded input, as torch does.
-                int div = counted;
-                if (count_include_pad) {
-                    const int z1 = min(z0 + S::kd, S::d + S::pd), y1 = min(y0 + S::kh, S::h + S::ph);
-                    const int x1 = min(x0 + S::kw, S::w + S::pw);
-                    div = (z1 - z0) * (y1 - y0) * (x1 - x0);
+#pragma unroll
+            for (int q = 0; q < PW; ++q) {
+                const int ox = ox0 + q;
+                if (PW > 1 && ox >= S::ow) break;
+                float v = acc[q];
+                if (!IS_MAX) {
+                    // With count_include_pad the divisor is the window clipped to the padded input, as torch does.
+                    int div = counted[q];
+                    if (count_include_pad) {
+                        const int xq = ox * S::sw - S::pw;
+                        const int z1 = min(z0 + S::kd, S::d + S::pd), y1 = min(y0 + S::kh, S::h + S::ph);
+                        const int x1 = min(xq + S::kw, S::w + S::pw);
+                        div = (z1 - z0) * (y1 - y0) * (x1 - xq);
+                    }
+                    v = div > 0 ? v / (float)div : 0.f;
                 }
-                acc = div > 0 ? acc / (float)div : 0.f;
+                const int64_t index = plane * osp + (int64_t)orow * S::ow + ox;
+                y[index] = e(v, index);
             }
-            const int64_t index = plane * osp + sp;
-            y[index] = e(acc, index);
         }
     }
 }
@@ -309,7 +336,7 @@ int cg_pool(const float* x, float* y, const CgConvShape& s, bool count_include_p
     if (s.kd != S::kd || s.kh != S::kh || s.kw != S::kw || s.d != S::d || s.h != S::h || s.w != S::w || s.od != S::od ||
         s.oh != S::oh || s.ow != S::ow)
         return (int)cudaErrorInvalidValue;
-    int64_t across = (osp + BLOCK - 1) / BLOCK;
+    int64_t across = (CgPoolWork<S>::groups + BLOCK - 1) / BLOCK;
     if (across > (1LL << 20)) across = 1LL << 20;
     const int64_t down = planes < 65535 ? planes : 65535;
     cg_pool_kernel<BLOCK, IS_MAX, S, E><<<dim3((unsigned)across, (unsigned)down), BLOCK, 0, stream>>>(
