@@ -760,9 +760,17 @@ class _Tracer:
         return value
 
     def _norm(self, x: _Value, kind: str, dims: list[int], eps: float, weight: str | None, bias: str | None,
-              groups: int, div: int = 1, group_size: int = 0) -> _Value:
-        xb = self.materialise(x)
-        outer, R, inner = self._view3(xb.shape, dims)
+              groups: int, div: int = 1, group_size: int = 0, prologue: tuple | None = None) -> _Value:
+        """`prologue` (the expression and its operands over x's elements, from `_prologue`) is given by
+        `_group_norm`, whose x is a row view of the tensor the prologue reads; otherwise it is found here."""
+        fused = None if prologue is not None else self._prologue(x)
+        if fused:
+            xb, prologue = fused[0], fused[1:]
+        elif prologue is None:
+            xb, prologue = self.materialise(x), (V, [])
+        else:
+            xb = x.buffer
+        outer, R, inner = self._view3(x.shape, dims)
         if kind in ("layer_norm", "rms_norm") and inner != 1:
             raise Unsupported(f"{kind} over non-trailing dims")
         out = self._temp(xb.shape)
@@ -772,9 +780,10 @@ class _Tracer:
             if ref is not None:
                 refs[label] = Buffer(ref, (0,), kind="param")
                 inputs.append(refs[label])
-        stage = self._stage("norm", out, inputs, op=kind, outer=outer, R=R, inner=inner, eps=float(eps),
-                            weight=refs.get("weight"), bias=refs.get("bias"), aff_groups=groups,
-                            aff_group_size=group_size, aff_div=div)
+        stage = self._stage("norm", out, inputs + [o.buffer for o in prologue[1]], op=kind, outer=outer, R=R,
+                            inner=inner, eps=float(eps), weight=refs.get("weight"), bias=refs.get("bias"),
+                            aff_groups=groups, aff_group_size=group_size, aff_div=div, in_shape=tuple(x.shape),
+                            prologue=prologue[0], prologue_operands=prologue[1])
         return _Value(tuple(xb.shape), V, [], producer=stage)
 
     def _group_norm(self, x: _Value, groups: int, eps: float, weight: str | None, bias: str | None) -> _Value:
@@ -784,11 +793,12 @@ class _Tracer:
         if c % groups:
             raise Unsupported("group norm channels not divisible by groups")
         # rows (n, g) of length (C/G) * spatial; the affine index is g * (C/G) + r / spatial
-        xb = self.materialise(x)
+        fused = self._prologue(x)
+        xb, prologue = (fused[0], fused[1:]) if fused else (self.materialise(x), (V, []))
         rows = (shape[0] * groups, (c // groups) * spatial)
         view = _Value(rows, ("op", 0), [], buffer=Buffer(xb.ref, rows, xb.dtype, xb.kind))
         value = self._norm(view, "layer_norm", [1], eps, weight, bias, groups=groups, div=spatial,
-                           group_size=c // groups)
+                           group_size=c // groups, prologue=prologue)
         stage = value.producer
         stage.out.shape = tuple(shape)
         value.shape = tuple(shape)
@@ -1291,13 +1301,17 @@ def _render_stage(stage: Stage, knobs: dict[str, Any], backend: str) -> _Launch:
         g = "g" if p["weight"] is not None else "nullptr"
         b = "bt" if p["bias"] is not None else "nullptr"
         aff = f"CgAffine aff{{{g}, {b}, {p['aff_groups']}LL, {p['aff_group_size']}LL, {p['aff_div']}LL}};"
+        pro_operands = p["prologue_operands"]
+        code += _epilogue_functor(f"Pro_{name}", p["prologue"], pro_operands, p["in_shape"])
+        pro_params = "".join(f", const float* q{k}" for k in range(len(pro_operands)))
         call = (f"cg_normalize{tmpl}(x, y, {p['outer']}LL, {p['R']}LL, {p['inner']}LL, {p['eps']!r}f, aff, "
-                f"epi{stream_arg})")
+                f"pro, epi{stream_arg})")
         sig = ("const float* x, float* y, const float* g, const float* bt"
-               f"{op_params}{stream_param}")
+               f"{pro_params}{op_params}{stream_param}")
         args = [stage.inputs[0].ref, out.ref, p["weight"].ref if p["weight"] is not None else "None",
-                p["bias"].ref if p["bias"] is not None else "None"]
-        functor = aff + "\n    " + functor
+                p["bias"].ref if p["bias"] is not None else "None"] + [o.buffer.ref for o in pro_operands]
+        functor = (aff + f"\n    Pro_{name} pro{{{', '.join(f'q{k}' for k in range(len(pro_operands)))}}};\n    "
+                   + functor)
     else:  # pragma: no cover - the tracer makes no other kind
         raise AssertionError(stage.kind)
     code += f'extern "C" int {name}({sig}) {{\n    {functor}\n    return {call};\n}}\n'

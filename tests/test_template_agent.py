@@ -138,7 +138,8 @@ def test_knob_masks():
 
 # One task per template kind (elementwise, reduce, argreduce, norm, gemm, conv, conv_transpose, pool).
 CPU_CORRECTNESS = ["builtin/L1/argmax_dim", "builtin/L1/conv_transpose2d", "builtin/L2/conv2d_group_norm_tanh",
-                   "builtin/L2/conv2d_max_pool_hardswish", "builtin/L2/linear_gelu", "builtin/L2/rms_norm_silu"]
+                   "builtin/L2/conv2d_max_pool_hardswish", "builtin/L2/linear_gelu", "builtin/L2/rms_norm_silu",
+                   "builtin/L2/residual_layer_norm"]  # the last two: a pointwise prologue in a reduction, a norm
 
 
 @pytest.mark.parametrize("task_id", CPU_CORRECTNESS)
@@ -637,12 +638,13 @@ def test_cuda_pool_kernel_emulated_on_cpu(tmp_path):
 # float64 loops for softmax, log-softmax, layer norm with affine groups (group norm's form) and RMS norm,
 # rows kept in shared memory and rows too long for it, vector widths 1 and 4, more rows than blocks,
 # rows holding -inf (masked softmax entries), few long rows split over blocks (three launches), and
-# logsumexp rows through a prologue that uses the index.
+# prologues that use the index (normalisations, cached or not, split or not, and logsumexp rows).
 _ROW_EMULATION = r'''
 #include <barrier>
 #include <cstdio>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 #include "common.h"
 struct CgDim3 { unsigned x = 0, y = 0, z = 0; };
@@ -672,8 +674,9 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
 struct Ident { float operator()(float v, int64_t) const { return v; } };
 struct Prologue { float operator()(float v, int64_t i) const { return 0.5f * v + (float)(i % 3); } };
 @KERNEL@
-template <int BLOCK, int V, int KIND, bool CACHED>
+template <int BLOCK, int V, int KIND, bool CACHED, bool PRO = false>
 double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = false, int64_t split = 0) {
+    using Pro = std::conditional_t<PRO, Prologue, Ident>;  // the normalisation's prologue
     std::vector<float> x(outer * R), y(logsumexp ? outer : outer * R, NAN), g(R), b(R);
     unsigned state = 11;
     auto next = [&] { state = state * 1664525u + 1013904223u; return (state >> 8) / 16777216.f - .5f; };
@@ -707,10 +710,12 @@ double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = 
     std::vector<CgPair> partial(outer * chunks);
     std::vector<float2> coef(outer);
     if (split) {
-        launch({(unsigned)chunks, (unsigned)outer, 1}, [&] { cg_normalize_chunks<BLOCK, V, KIND>(x.data(), partial.data(), R, split); });
+        launch({(unsigned)chunks, (unsigned)outer, 1}, [&] {
+            cg_normalize_chunks<BLOCK, V, KIND, Pro>(x.data(), partial.data(), R, split, Pro{}); });
         launch({(unsigned)outer, 1, 1}, [&] {
-            cg_normalize_coefficients<BLOCK, KIND>(x.data(), partial.data(), coef.data(), chunks, R, 1e-5f); });
-        launch({3, 1, 1}, [&] { cg_normalize_apply<BLOCK, V, KIND, Ident>(x.data(), y.data(), coef.data(), outer, R, aff, Ident{}); });
+            cg_normalize_coefficients<BLOCK, KIND, Pro>(x.data(), partial.data(), coef.data(), chunks, R, 1e-5f, Pro{}); });
+        launch({3, 1, 1}, [&] {
+            cg_normalize_apply<BLOCK, V, KIND, Pro, Ident>(x.data(), y.data(), coef.data(), outer, R, aff, Pro{}, Ident{}); });
     }
     for (unsigned bx = 0; bx < gridDim.x && !split; ++bx) {
         blockIdx = {bx, 0, 0};
@@ -720,13 +725,16 @@ double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = 
                 threadIdx.x = t;
                 if (logsumexp)
                     cg_reduce_rows<BLOCK, V, CG_LOGSUMEXP, Prologue, Ident>(x.data(), y.data(), outer, R, Prologue{}, Ident{});
-                else cg_normalize_rows<BLOCK, V, KIND, CACHED, Ident>(x.data(), y.data(), outer, R, 1e-5f, aff, Ident{});
+                else cg_normalize_rows<BLOCK, V, KIND, CACHED, Pro, Ident>(x.data(), y.data(), outer, R, 1e-5f, aff, Pro{},
+                                                                          Ident{});
             });
         for (auto& th : threads) th.join();
     }
     double err = 0;
+    std::vector<float> xv(x);  // what is normalised: the prologue's values
+    if (PRO && !logsumexp) for (int64_t i = 0; i < (int64_t)x.size(); ++i) xv[i] = Prologue{}(x[i], i);
     for (int64_t o = 0; o < outer; ++o) {
-        const float* row = x.data() + o * R;
+        const float* row = (logsumexp ? x : xv).data() + o * R;
         double m = -INFINITY, s = 0, mean = 0, sq = 0;
         for (int64_t r = 0; r < R; ++r) m = std::max(m, (double)row[r]);
         for (int64_t r = 0; r < R; ++r) { s += std::exp(row[r] - m); mean += row[r]; }
@@ -764,7 +772,9 @@ int main() {
                      run<64, 4, CG_RMS_NORM, true>(4, 256, false, true), run<32, 2, CG_RMS_NORM, false>(5, 998, false, false),
                      run<64, 4, CG_SOFTMAX, false>(7, 700, true, false, true),
                      run<64, 4, CG_LAYER_NORM, false>(3, 4096, false, true, false, 1024), run<32, 1, CG_SOFTMAX, false>(2, 999, true, false, false, 200),
-                     run<64, 2, CG_LOG_SOFTMAX, false>(2, 3000, false, false, false, 512), run<64, 4, CG_RMS_NORM, false>(2, 2048, false, true, false, 768)})
+                     run<64, 2, CG_LOG_SOFTMAX, false>(2, 3000, false, false, false, 512), run<64, 4, CG_RMS_NORM, false>(2, 2048, false, true, false, 768),
+                     run<64, 4, CG_LAYER_NORM, true, true>(4, 600, false, true), run<64, 4, CG_SOFTMAX, false, true>(3, 1500, false, false),
+                     run<32, 2, CG_LAYER_NORM, false, true>(2, 2000, false, false, false, 256)})
         worst = std::fmax(worst, e);
     printf("max_error %.3g\n", worst);
     return 0;
@@ -781,7 +791,7 @@ def test_cuda_row_kernels_emulated_on_cpu(tmp_path):
     text = (template_dir() / "reduce.cuh").read_text()
     kernels = [text[text.index(first):text.index(last)] for first, last in (
         ("enum { CG_SUM", "template <int BLOCK, int KIND, class P, class E>\n__global__ void __launch_bounds__(BLOCK) cg_reduce_cols"),
-        ("struct CgAffine", "template <int BLOCK, int KIND, class E>\n__global__ void __launch_bounds__(BLOCK) cg_normalize_cols"))]
+        ("struct CgAffine", "template <int BLOCK, int KIND, class P, class E>\n__global__ void __launch_bounds__(BLOCK) cg_normalize_cols"))]
     kernel = "\n".join(kernels).replace("extern __shared__ float4 cg_row_smem[];",
                                          "float4* cg_row_smem = reinterpret_cast<float4*>(cg_dynamic_smem);")
     source = tmp_path / "row_emulation.cpp"

@@ -13,7 +13,8 @@
 //   running max).
 //   Mean is CG_SUM with E multiplying by 1/R.
 // cg_argreduce<IS_MAX>: int64 y[o, j] = first index r of the max (min) of x[o, :, j], as torch.argmax.
-// cg_normalize<KIND>: y has x's shape, y[o, r, j] = E(norm(x)[o, r, j], linear index), KIND one of
+// cg_normalize<KIND>: y has x's shape, y[o, r, j] = E(norm(P(x))[o, r, j], linear index), P the prologue
+//   as cg_reduce's, KIND one of
 //   CG_SOFTMAX, CG_LOG_SOFTMAX (max-shifted),
 //   CG_LAYER_NORM (mean and biased variance, then (x - mean) * rsqrt(var + eps) * g + b),
 //   CG_RMS_NORM (x * rsqrt(mean(x^2) + eps) * g + b).
@@ -360,16 +361,21 @@ template <int KIND> CG_FN float cg_norm_output(float v, float2 c, const CgAffine
     else return aff.apply((v - c.x) * c.y, row, r);
 }
 
-template <int BLOCK, int V, int KIND, bool CACHED, class E>
+// P, the prologue: the row normalised is P(x[i], i) at x's linear index i (CgIdentity for none); rows
+// kept in shared memory hold P's values.
+template <int BLOCK, int V, int KIND, bool CACHED, class P, class E>
 __global__ void __launch_bounds__(BLOCK) cg_normalize_rows(const float* __restrict__ x, float* __restrict__ y,
-                                                           int64_t outer, int64_t R, float eps, CgAffine aff, E e) {
+                                                           int64_t outer, int64_t R, float eps, CgAffine aff, P p, E e) {
     extern __shared__ float4 cg_row_smem[];  // float4: the V-wide accesses stay aligned
     float* cache = reinterpret_cast<float*>(cg_row_smem);
     for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
         const float* row = x + o * R;
-        const float shift = KIND == CG_LAYER_NORM ? row[0] : 0.f;
+        const float shift = KIND == CG_LAYER_NORM ? p(row[0], o * R) : 0.f;
         CgPair acc = cg_pair_identity<KIND>();
-        cg_row_walk<BLOCK, V>(row, 0, R, [&](int64_t r, const float (&v)[V]) {
+        cg_row_walk<BLOCK, V>(row, 0, R, [&](int64_t r, const float (&x4)[V]) {
+            float v[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[j] = p(x4[j], o * R + r + j);
             if constexpr (CACHED) cg_store<V>(cache + r, v);  // read back and refilled by this thread only: no barrier
 #pragma unroll
             for (int j = 0; j < V; ++j) cg_pair_add<KIND>(acc, v[j], shift);
@@ -378,7 +384,10 @@ __global__ void __launch_bounds__(BLOCK) cg_normalize_rows(const float* __restri
         cg_row_walk<BLOCK, V>(CACHED ? cache : row, 0, R, [&](int64_t r, const float (&x4)[V]) {
             float v[V];
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[j] = e(cg_norm_output<KIND>(x4[j], c, aff, o, r + j), o * R + r + j);
+            for (int j = 0; j < V; ++j) {
+                const float u = CACHED ? x4[j] : p(x4[j], o * R + r + j);
+                v[j] = e(cg_norm_output<KIND>(u, c, aff, o, r + j), o * R + r + j);
+            }
             cg_store<V>(y + o * R + r, v);
         });
     }
@@ -386,40 +395,41 @@ __global__ void __launch_bounds__(BLOCK) cg_normalize_rows(const float* __restri
 
 // Few long rows (as cg_reduce's split): block (c, o) takes the pair of x[o, c*chunk : (c+1)*chunk)
 // (the layer norm's shift is the row's first element in every chunk, so the pairs add up) ...
-template <int BLOCK, int V, int KIND>
+template <int BLOCK, int V, int KIND, class P>
 __global__ void __launch_bounds__(BLOCK) cg_normalize_chunks(const float* __restrict__ x, CgPair* __restrict__ partial,
-                                                             int64_t R, int64_t chunk) {
+                                                             int64_t R, int64_t chunk, P p) {
     const int64_t o = blockIdx.y, start = (int64_t)blockIdx.x * chunk;
     const int64_t end = R - start < chunk ? R : start + chunk;
     const float* row = x + o * R;
-    const float shift = KIND == CG_LAYER_NORM ? row[0] : 0.f;
+    const float shift = KIND == CG_LAYER_NORM ? p(row[0], o * R) : 0.f;
     CgPair acc = cg_pair_identity<KIND>();
-    cg_row_walk<BLOCK, V>(row, start, end, [&](int64_t, const float (&v)[V]) {
+    cg_row_walk<BLOCK, V>(row, start, end, [&](int64_t r, const float (&v)[V]) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) cg_pair_add<KIND>(acc, v[j], shift);
+        for (int j = 0; j < V; ++j) cg_pair_add<KIND>(acc, p(v[j], o * R + r + j), shift);
     });
     const CgPair t = cg_block_pair<BLOCK, KIND>(acc);
     if (threadIdx.x == 0) partial[o * gridDim.x + blockIdx.x] = t;
 }
 
 // ... one block per row combines its chunks' pairs into the row's coefficients ...
-template <int BLOCK, int KIND>
+template <int BLOCK, int KIND, class P>
 __global__ void __launch_bounds__(BLOCK) cg_normalize_coefficients(const float* __restrict__ x,
                                                                    const CgPair* __restrict__ partial,
                                                                    float2* __restrict__ coef, int64_t chunks,
-                                                                   int64_t R, float eps) {
+                                                                   int64_t R, float eps, P p) {
     const int64_t o = blockIdx.x;
     CgPair acc = cg_pair_identity<KIND>();
     for (int64_t c = threadIdx.x; c < chunks; c += BLOCK) acc = cg_pair_combine<KIND>(acc, partial[o * chunks + c]);
     const CgPair t = cg_block_pair<BLOCK, KIND>(acc);
-    if (threadIdx.x == 0) coef[o] = cg_norm_coefficients<KIND>(t, KIND == CG_LAYER_NORM ? x[o * R] : 0.f, R, eps);
+    if (threadIdx.x == 0)
+        coef[o] = cg_norm_coefficients<KIND>(t, KIND == CG_LAYER_NORM ? p(x[o * R], o * R) : 0.f, R, eps);
 }
 
 // ... and every element is written from its row's coefficients (R % V == 0: a vector stays in its row).
-template <int BLOCK, int V, int KIND, class E>
+template <int BLOCK, int V, int KIND, class P, class E>
 __global__ void __launch_bounds__(BLOCK) cg_normalize_apply(const float* __restrict__ x, float* __restrict__ y,
                                                             const float2* __restrict__ coef, int64_t outer, int64_t R,
-                                                            CgAffine aff, E e) {
+                                                            CgAffine aff, P p, E e) {
     const int64_t n = outer * R;
     for (int64_t i = ((int64_t)blockIdx.x * BLOCK + threadIdx.x) * V; i < n; i += (int64_t)gridDim.x * BLOCK * V) {
         const int64_t o = i / R, r = i - o * R;
@@ -427,64 +437,66 @@ __global__ void __launch_bounds__(BLOCK) cg_normalize_apply(const float* __restr
         float v[V];
         cg_load<V>(x + i, v);
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = e(cg_norm_output<KIND>(v[j], c, aff, o, r + j), i + j);
+        for (int j = 0; j < V; ++j) v[j] = e(cg_norm_output<KIND>(p(v[j], i + j), c, aff, o, r + j), i + j);
         cg_store<V>(y + i, v);
     }
 }
 
-template <int BLOCK, int KIND, class E>
+template <int BLOCK, int KIND, class P, class E>
 __global__ void __launch_bounds__(BLOCK) cg_normalize_cols(const float* __restrict__ x, float* __restrict__ y,
                                                            int64_t outer, int64_t R, int64_t inner, float eps,
-                                                           CgAffine aff, E e) {
+                                                           CgAffine aff, P p, E e) {
     const int64_t total = outer * inner;
     for (int64_t t = (int64_t)blockIdx.x * BLOCK + threadIdx.x; t < total; t += (int64_t)gridDim.x * BLOCK) {
         const int64_t o = t / inner, j = t - o * inner;
         const float* col = x + o * R * inner + j;
+        const int64_t base = o * R * inner + j;  // x's index of (o, 0, j)
+        auto at = [&](int64_t r) { return p(col[r * inner], base + r * inner); };
         float a = 0.f, b = 1.f;
         if constexpr (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
             float m = -INFINITY;
 #pragma unroll 4
-            for (int64_t r = 0; r < R; ++r) m = cg_max(m, col[r * inner]);
+            for (int64_t r = 0; r < R; ++r) m = cg_max(m, at(r));
             a = isinf(m) ? 0.f : m;
             float s = 0.f;
 #pragma unroll 4
-            for (int64_t r = 0; r < R; ++r) s += expf(col[r * inner] - a);
+            for (int64_t r = 0; r < R; ++r) s += expf(at(r) - a);
             b = KIND == CG_SOFTMAX ? 1.f / s : logf(s);
         } else if constexpr (KIND == CG_LAYER_NORM) {
             float s = 0.f;
 #pragma unroll 4
-            for (int64_t r = 0; r < R; ++r) s += col[r * inner];
+            for (int64_t r = 0; r < R; ++r) s += at(r);
             a = s / (float)R;
             float q = 0.f;
 #pragma unroll 4
-            for (int64_t r = 0; r < R; ++r) { const float d = col[r * inner] - a; q += d * d; }
+            for (int64_t r = 0; r < R; ++r) { const float d = at(r) - a; q += d * d; }
             b = rsqrtf(q / (float)R + eps);
         } else {
             float q = 0.f;
 #pragma unroll 4
-            for (int64_t r = 0; r < R; ++r) { const float v = col[r * inner]; q += v * v; }
+            for (int64_t r = 0; r < R; ++r) { const float v = at(r); q += v * v; }
             b = rsqrtf(q / (float)R + eps);
         }
 #pragma unroll 4
         for (int64_t r = 0; r < R; ++r) {
-            const float v = col[r * inner];
+            const float v = at(r);
             float u;
             if constexpr (KIND == CG_SOFTMAX) u = expf(v - a) * b;
             else if constexpr (KIND == CG_LOG_SOFTMAX) u = v - a - b;
             else u = aff.apply((v - a) * b, o, r);
-            const int64_t index = (o * R + r) * inner + j;
+            const int64_t index = base + r * inner;
             y[index] = e(u, index);
         }
     }
 }
 
-template <int BLOCK, int V, int KIND, class E>
+template <int BLOCK, int V, int KIND, class P, class E>
 int cg_normalize(const float* x, float* y, int64_t outer, int64_t R, int64_t inner, float eps, CgAffine aff,
-                 const E& e, cudaStream_t stream) {
+                 const P& p, const E& e, cudaStream_t stream) {
     if (outer * inner * R <= 0) return 0;
     if (inner == 1) {
         if (V > 1 && (R % V != 0 || !cg_aligned({x, y}, 4 * V)))
-            return cg_normalize<BLOCK, 1, KIND, E>(x, y, outer, R, inner, eps, aff, e, stream);
+            return cg_normalize<BLOCK, 1, KIND, P, E>(x, y, outer, R, inner, eps, aff, p, e, stream);
         if (outer < CG_SPLIT_ROWS && R >= CG_SPLIT_LEN) {  // too few rows to fill the device
             const int64_t unit = (int64_t)BLOCK * V * 4;
             int64_t chunks = 1024 / outer;
@@ -497,11 +509,12 @@ int cg_normalize(const float* x, float* y, int64_t outer, int64_t R, int64_t inn
             if (status != cudaSuccess) return (int)status;
             CgPair* partial = static_cast<CgPair*>(scratch);
             float2* coef = reinterpret_cast<float2*>(static_cast<char*>(scratch) + pairs);  // pairs: 8-byte multiple
-            cg_normalize_chunks<BLOCK, V, KIND><<<dim3((unsigned)chunks, (unsigned)outer), BLOCK, 0, stream>>>(
-                x, partial, R, chunk);
-            cg_normalize_coefficients<BLOCK, KIND><<<(unsigned)outer, BLOCK, 0, stream>>>(x, partial, coef, chunks, R, eps);
-            cg_normalize_apply<BLOCK, V, KIND, E><<<cg_grid(outer * R / V, BLOCK), BLOCK, 0, stream>>>(
-                x, y, coef, outer, R, aff, e);
+            cg_normalize_chunks<BLOCK, V, KIND, P><<<dim3((unsigned)chunks, (unsigned)outer), BLOCK, 0, stream>>>(
+                x, partial, R, chunk, p);
+            cg_normalize_coefficients<BLOCK, KIND, P><<<(unsigned)outer, BLOCK, 0, stream>>>(x, partial, coef, chunks,
+                                                                                            R, eps, p);
+            cg_normalize_apply<BLOCK, V, KIND, P, E><<<cg_grid(outer * R / V, BLOCK), BLOCK, 0, stream>>>(
+                x, y, coef, outer, R, aff, p, e);
             status = cudaGetLastError();
             const cudaError_t freed = cudaFreeAsync(scratch, stream);
             return (int)(status != cudaSuccess ? status : freed);
@@ -509,20 +522,20 @@ int cg_normalize(const float* x, float* y, int64_t outer, int64_t R, int64_t inn
             const size_t bytes = sizeof(float) * (size_t)((R + 3) / 4 * 4);
             static size_t allowed = 48 * 1024;  // the default limit; larger needs the opt-in, once per size
             if (bytes > allowed) {
-                const cudaError_t status = cudaFuncSetAttribute(cg_normalize_rows<BLOCK, V, KIND, true, E>,
+                const cudaError_t status = cudaFuncSetAttribute(cg_normalize_rows<BLOCK, V, KIND, true, P, E>,
                                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
                 if (status != cudaSuccess) return (int)status;
                 allowed = bytes;
             }
-            cg_normalize_rows<BLOCK, V, KIND, true, E><<<cg_grid(outer, 1), BLOCK, bytes, stream>>>(x, y, outer, R, eps,
-                                                                                                  aff, e);
+            cg_normalize_rows<BLOCK, V, KIND, true, P, E><<<cg_grid(outer, 1), BLOCK, bytes, stream>>>(
+                x, y, outer, R, eps, aff, p, e);
         } else {
-            cg_normalize_rows<BLOCK, V, KIND, false, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(x, y, outer, R, eps,
-                                                                                                aff, e);
+            cg_normalize_rows<BLOCK, V, KIND, false, P, E><<<cg_grid(outer, 1), BLOCK, 0, stream>>>(
+                x, y, outer, R, eps, aff, p, e);
         }
     } else {
-        cg_normalize_cols<BLOCK, KIND, E><<<cg_grid(outer * inner, BLOCK), BLOCK, 0, stream>>>(x, y, outer, R, inner,
-                                                                                              eps, aff, e);
+        cg_normalize_cols<BLOCK, KIND, P, E><<<cg_grid(outer * inner, BLOCK), BLOCK, 0, stream>>>(
+            x, y, outer, R, inner, eps, aff, p, e);
     }
     return (int)cudaGetLastError();
 }

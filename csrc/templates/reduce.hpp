@@ -89,34 +89,36 @@ int cg_argreduce(const float* x, int64_t* y, int64_t outer, int64_t R, int64_t i
     return 0;
 }
 
-template <int ROWS, int KIND, class E>
+// P, the prologue: the tensor normalised is P(x[i], i) (CgIdentity for none), as in reduce.cuh.
+template <int ROWS, int KIND, class P, class E>
 int cg_normalize(const float* x, float* y, int64_t outer, int64_t R, int64_t inner, float eps, CgAffine aff,
-                 const E& e) {
+                 const P& pro, const E& e) {
     const int64_t total = outer * inner;
     #pragma omp parallel for schedule(static, ROWS)
     for (int64_t t = 0; t < total; ++t) {
-        const int64_t o = t / inner, j = t - o * inner;
-        const float* p = x + o * R * inner + j;
-        float* q = y + o * R * inner + j;
+        const int64_t o = t / inner, j = t - o * inner, base = o * R * inner + j;
+        const float* p = x + base;
+        float* q = y + base;
+        auto at = [&](int64_t r) { return pro(p[r * inner], base + r * inner); };
         float a = 0.f, b = 1.f;
         if (KIND == CG_SOFTMAX || KIND == CG_LOG_SOFTMAX) {
-            const float m = cg_reduce_line<CG_MAX>(p, R, inner, 0, CgIdentity{});
+            const float m = cg_reduce_line<CG_MAX>(p, R, inner, base, pro);
             a = std::isinf(m) ? 0.f : m;
             float s = 0.f;
-            for (int64_t r = 0; r < R; ++r) s += expf(p[r * inner] - a);
+            for (int64_t r = 0; r < R; ++r) s += expf(at(r) - a);
             b = KIND == CG_SOFTMAX ? 1.f / s : logf(s);
         } else if (KIND == CG_LAYER_NORM) {
-            a = cg_reduce_line<CG_SUM>(p, R, inner, 0, CgIdentity{}) / (float)R;
+            a = cg_reduce_line<CG_SUM>(p, R, inner, base, pro) / (float)R;
             float v = 0.f;
-            for (int64_t r = 0; r < R; ++r) { const float d = p[r * inner] - a; v += d * d; }
+            for (int64_t r = 0; r < R; ++r) { const float d = at(r) - a; v += d * d; }
             b = 1.f / sqrtf(v / (float)R + eps);
         } else {
             float v = 0.f;
-            for (int64_t r = 0; r < R; ++r) v += p[r * inner] * p[r * inner];
+            for (int64_t r = 0; r < R; ++r) v += at(r) * at(r);
             b = 1.f / sqrtf(v / (float)R + eps);
         }
         for (int64_t r = 0; r < R; ++r) {
-            const float v = p[r * inner];
+            const float v = at(r);
             float u;
             if (KIND == CG_SOFTMAX) u = expf(v - a) * b;
             else if (KIND == CG_LOG_SOFTMAX) u = v - a - b;
