@@ -96,8 +96,32 @@ ELEMENTWISE_ATOL_SCALE = 1e-4  # absolute tolerance, relative to the reference's
 STATS_CHUNK_ELEMENTS = 1 << 24  # outputs are compared in chunks: temporaries stay at 64 MB (fp32), not 5x the output
 
 
-def output_stats(out: "torch.Tensor", ref: "torch.Tensor", config: EvalConfig) -> dict[str, float]:
-    """Error statistics of one output against its reference, in float64 on their device.
+@dataclass(frozen=True)
+class ToleranceFloor:
+    """Widened tolerances for one output of one draw whose fp32 reference is itself further from
+    its float64 twin than the policy's tolerances (`tolerance_floor`). The policy's tolerances
+    stand where they are wider."""
+
+    rel_norm: float  # the least relative-norm tolerance, ||out - ref|| / ||ref||
+    abs: float  # the least absolute tolerance of every element
+
+
+def tolerance_floor(reference_error: dict[str, float] | None, config: EvalConfig) -> ToleranceFloor | None:
+    """The tolerances a candidate is held to on one output, from the fp32 reference's own error on
+    it (`output_stats` of its float64 twin against it: 'norm' relative to the fp32 reference's
+    norm, as a candidate's is measured, 'abs' the largest difference, 'bad' the elements beyond
+    the policy's elementwise bound). None, so the policy's tolerances stand unchanged, where the
+    reference is within them; else `config.reference_noise_multiple` times its own error."""
+    if not reference_error or (reference_error["norm"] <= config.rel_norm_tolerance and not reference_error["bad"]):
+        return None
+    multiple = config.reference_noise_multiple
+    return ToleranceFloor(rel_norm=multiple * reference_error["norm"], abs=multiple * reference_error["abs"])
+
+
+def output_stats(out: "torch.Tensor", ref: "torch.Tensor", config: EvalConfig,
+                 floor: ToleranceFloor | None = None) -> dict[str, float]:
+    """Error statistics of one output against its reference, in float64 on their device; 'bad'
+    counts the elements beyond the elementwise bound (its absolute part at least `floor.abs`).
     The same function runs in the evaluator (CPU tensors) and, for large outputs, in the worker,
     chunk by chunk, so that comparing a 6 GiB output does not allocate several more."""
     import torch
@@ -116,6 +140,9 @@ def output_stats(out: "torch.Tensor", ref: "torch.Tensor", config: EvalConfig) -
     ref_norm = sum(float(torch.linalg.vector_norm(ref[i:i + STATS_CHUNK_ELEMENTS], dtype=torch.float64)) ** 2
                    for i in chunks) ** 0.5
     scale = ref_norm / max(ref.numel(), 1) ** 0.5
+    atol = ELEMENTWISE_ATOL_SCALE * scale + 1e-7
+    if floor is not None:
+        atol = max(atol, floor.abs)
     max_abs, max_rel, diff_sq, bad, worst, worst_excess = 0.0, 0.0, 0.0, 0, -1, float("-inf")
     for i in chunks:
         o, r = out[i:i + STATS_CHUNK_ELEMENTS], ref[i:i + STATS_CHUNK_ELEMENTS]
@@ -124,7 +151,7 @@ def output_stats(out: "torch.Tensor", ref: "torch.Tensor", config: EvalConfig) -
         max_abs = max(max_abs, float(diff.max()))
         max_rel = max(max_rel, float((diff / r.abs().clamp_min_(1e-6)).max()))
         diff_sq += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
-        excess = diff - r.abs().mul_(config.elementwise_rtol).add_(ELEMENTWISE_ATOL_SCALE * scale + 1e-7)
+        excess = diff - r.abs().mul_(config.elementwise_rtol).add_(atol)
         chunk_bad = int(torch.count_nonzero(excess > 0))
         if chunk_bad:
             bad += chunk_bad
@@ -141,22 +168,32 @@ def output_stats(out: "torch.Tensor", ref: "torch.Tensor", config: EvalConfig) -
     }
 
 
-def judge_stats(stats: dict[str, float], label: str, size: int, config: EvalConfig) -> str:
-    """'' when the statistics pass, else what failed."""
+def judge_stats(stats: dict[str, float], label: str, size: int, config: EvalConfig,
+                floor: ToleranceFloor | None = None) -> str:
+    """'' when the statistics pass, else what failed. `floor`: the output's widened tolerances
+    (its 'bad' count must have been made with the same floor)."""
     if stats["nonfinite"]:
         return f"{label}: {int(stats['nonfinite'])} of {size} elements are NaN/inf (unwritten or overflowed output?)"
-    if stats["norm"] > config.rel_norm_tolerance:
-        return (f"{label}: relative error {stats['norm']:.3g} > {config.rel_norm_tolerance:g} "
-                f"({config.precision} policy); max abs error {stats['abs']:.3g}")
+    tolerance = config.rel_norm_tolerance if floor is None else max(config.rel_norm_tolerance, floor.rel_norm)
+    widened = ("" if tolerance == config.rel_norm_tolerance else
+               f", widened from {config.rel_norm_tolerance:g} to {config.reference_noise_multiple:g} times the fp32 "
+               "reference's own distance from float64")
+    if stats["norm"] > tolerance:
+        return (f"{label}: relative error {stats['norm']:.3g} > {tolerance:g} "
+                f"({config.precision} policy{widened}); max abs error {stats['abs']:.3g}")
     if stats["bad"]:
-        return f"{label}: {int(stats['bad'])} of {size} elements out of tolerance (max abs error {stats['abs']:.3g})"
+        atol = "" if floor is None else f", absolute tolerance at least {floor.abs:.3g}"
+        return (f"{label}: {int(stats['bad'])} of {size} elements out of tolerance (max abs error {stats['abs']:.3g}"
+                f"{atol})")
     return ""
 
 
 def compare(candidate: Sequence[Any], reference: Sequence[Any], *, cand_dtypes: Sequence[str],
-            ref_dtypes: Sequence[str], config: EvalConfig, distribution: str) -> TrialResult:
+            ref_dtypes: Sequence[str], config: EvalConfig, distribution: str,
+            floors: Sequence[ToleranceFloor | None] = ()) -> TrialResult:
     """Compare outputs (numpy arrays or tensors; whole outputs or samples at the same positions):
-    same count, shapes and dtypes; finite; relative-norm and elementwise bounds."""
+    same count, shapes and dtypes; finite; relative-norm and elementwise bounds (`floors`: per
+    output, its widened tolerances or None)."""
     import torch
 
     if len(candidate) != len(reference):
@@ -172,10 +209,11 @@ def compare(candidate: Sequence[Any], reference: Sequence[Any], *, cand_dtypes: 
         elif cdt != rdt:
             message = f"{label} has dtype {cdt}, expected {rdt} (a precision change is not allowed)"
         else:
-            stats = output_stats(out_t, ref_t, config)
+            floor = floors[index] if index < len(floors) else None
+            stats = output_stats(out_t, ref_t, config, floor)
             for key in worst:
                 worst[key] = max(worst[key], stats[key])
-            message = judge_stats(stats, label, out_t.numel(), config)
+            message = judge_stats(stats, label, out_t.numel(), config, floor)
         if message:
             return TrialResult(distribution, False, worst["abs"] or float("inf"), worst["rel"] or float("inf"),
                                worst["norm"] or float("inf"), message)

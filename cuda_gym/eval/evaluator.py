@@ -28,7 +28,7 @@ from ..tasks.task import Task
 from .baselines import BaselineCache, baseline_key
 from .candidate import Candidate, InvalidCandidate, parse_candidate
 from .config import EvalConfig, held_timing_enabled
-from .correctness import compare, degeneracy, judge_stats
+from .correctness import ToleranceFloor, compare, degeneracy, judge_stats, tolerance_floor
 from .logs import trim_compile_log
 from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
 from . import sandbox
@@ -545,6 +545,8 @@ class _Judgement:
         self.distributions: list[str] = []
         self.limits_not_applied: list[str] = []
         self.timing_checksums: list[list[float]] = []
+        # Per trial and output, the widened tolerances where the fp32 reference is rounding noise (else None).
+        self.tolerance_floors: list[list[ToleranceFloor | None]] = []
         self.decided = False
         self.timing: dict[str, Any] | None = None
         self.checks: dict[str, Any] | None = None
@@ -616,12 +618,59 @@ class _Judgement:
         self.distributions = message.meta.get("distributions", [])
         self.timing_checksums = message.meta.get("timing_checksums", [])
         self.result.device_memory = {k: float(v) for k, v in dict(message.meta.get("memory", {})).items()}
+        noise = self._read_reference_error(message.meta.get("reference_error"))
         reason = degeneracy(self.reference[: self.config.correctness_trials])
+        if not reason and self._widest_rel_norm_tolerance() >= 1.0:
+            reason = "the fp32 reference output is rounding noise: a zero output is within its widened tolerance"
+        warnings = [f"{reason}; this task cannot tell a kernel from a constant"] if reason else []
         if reason:
             self.result.flags.append("degenerate_task")
-            self.result.message = f"warning: {reason}; this task cannot tell a kernel from a constant"
+        if noise:
+            self.result.flags.append("reference_rounding_noise")
+            warnings.append(noise)
+        if warnings:
+            self.result.message = "warning: " + "; ".join(warnings)
         self.stage = "loading the candidate"
         return True
+
+    def _read_reference_error(self, report: Any) -> str:
+        """The worker's measurement of the fp32 reference against its float64 twin, made before the
+        candidate existed (`_TaskSetup._measure_reference_error`): sets `tolerance_floors` and
+        `result.reference_error`. Returns what to tell the user where tolerances were widened, else ''."""
+        report = report if isinstance(report, dict) else {}
+        draws = report.get("draws") if isinstance(report.get("draws"), list) else []
+        trials = len(self.reference)
+        if report.get("skipped") or len(draws) != trials:
+            self.result.reference_error = {"skipped": str(report.get("skipped") or "not measured")[:500]}
+            return ""
+        errors = [[{key: float(error[key]) for key in ("norm", "abs", "bad")} if error else None for error in draw]
+                  for draw in draws]
+        self.tolerance_floors = [[tolerance_floor(error, self.config) for error in draw] for draw in errors]
+        measured = [[error for error in draw if error] for draw in errors]
+        self.result.reference_error = {
+            "rel_norm": [max((e["norm"] for e in draw), default=0.0) for draw in measured],
+            "max_abs": [max((e["abs"] for e in draw), default=0.0) for draw in measured],
+            "seconds": float(report.get("seconds", 0.0))}
+        widened = [index for index, floors in enumerate(self.tolerance_floors) if any(floors)]
+        if not widened:
+            return ""
+        policy = self.config.rel_norm_tolerance
+        rel_norm = [max([policy] + [f.rel_norm for f in floors if f]) for floors in self.tolerance_floors]
+        absolute = [max(f.abs for f in floors if f) if any(floors) else None for floors in self.tolerance_floors]
+        self.result.reference_error.update(multiple=self.config.reference_noise_multiple,
+                                           rel_norm_tolerance=rel_norm, abs_tolerance=absolute)
+        worst = max(self.result.reference_error["rel_norm"][i] for i in widened)
+        widest_abs = max(absolute[i] for i in widened)
+        return (f"the fp32 reference is itself up to {worst:.3g} of its norm from its float64 twin on "
+                f"{len(widened)} of {trials} draws (the {self.config.precision} tolerance is {policy:g}), so "
+                f"those draws are judged at {self.config.reference_noise_multiple:g} times the reference's own error: "
+                f"relative error up to {max(rel_norm):.3g}, every element within {widest_abs:.3g} "
+                "(EvalResult.reference_error)")
+
+    def _widest_rel_norm_tolerance(self) -> float:
+        """The widest relative-norm tolerance of any trial's output (the policy's where none is widened)."""
+        return max([self.config.rel_norm_tolerance] + [floor.rel_norm for floors in self.tolerance_floors
+                                                       for floor in floors if floor])
 
     def _on_trial(self, message: Message) -> bool:
         meta = message.meta
@@ -646,6 +695,7 @@ class _Judgement:
         """Whole outputs are compared here; large ones by the worker's statistics AND here on a sample."""
         distribution = self.distributions[index]
         ref_specs = self.reference_specs[index]
+        floors = self.tolerance_floors[index] if index < len(self.tolerance_floors) else []
         if len(specs) != len(ref_specs) or len(arrays) != len(specs):
             return TrialResult(distribution, False, float("inf"), float("inf"), float("inf"),
                                f"returned {len(specs)} outputs, the reference returns {len(ref_specs)}")
@@ -661,12 +711,14 @@ class _Judgement:
                                        f"{label}: no error statistics (dtype {spec.get('dtype')}, expected {ref_spec['dtype']})")
                 size = int(np.prod(ref_spec["shape"]))
                 failure = judge_stats({k: float(stats.get(k, float("inf"))) for k in
-                                       ("nonfinite", "abs", "rel", "norm", "bad")}, label, size, self.config)
+                                       ("nonfinite", "abs", "rel", "norm", "bad")}, label, size, self.config,
+                                      floors[position] if position < len(floors) else None)
                 if failure:
                     return TrialResult(distribution, False, float(stats.get("abs", float("inf"))),
                                        float(stats.get("rel", float("inf"))), float(stats.get("norm", float("inf"))), failure)
         trial = compare(arrays, self.reference[index], cand_dtypes=[s.get("dtype") for s in specs],
-                        ref_dtypes=[s["dtype"] for s in ref_specs], config=self.config, distribution=distribution)
+                        ref_dtypes=[s["dtype"] for s in ref_specs], config=self.config, distribution=distribution,
+                        floors=floors)
         for spec in specs:  # report the whole-output errors where the worker measured them
             stats = spec.get("stats") or {}
             trial.max_abs_error = max(trial.max_abs_error, float(stats.get("abs", 0.0)))
@@ -725,7 +777,9 @@ class _Judgement:
         if not rows or len(rows) < int((timing.get("stats") or {}).get("reps", 1)):
             self.verdict(ErrorCode.FORBIDDEN, "the timing report has fewer checksums than timed calls")
             return
-        tolerance = max(1e-4, 10 * self.config.rel_norm_tolerance)
+        # Where the reference is rounding noise its sums are too: the widest widened tolerance stands
+        # for every timed call (their inputs are draws whose reference error was not measured).
+        tolerance = max(1e-4, 10 * self._widest_rel_norm_tolerance())
         expected = self.timing_checksums
         for rep, row in enumerate(rows):
             which = int(row[0]) if row else -1

@@ -17,6 +17,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+from .correctness import STATS_CHUNK_ELEMENTS
+
 GIB = float(2**30)
 # Head room the plan leaves beside its own working set, for the candidate's workspace and the
 # allocator's rounding: a quarter of the largest tensor, and on CUDA at least 256 MiB.
@@ -76,6 +78,30 @@ def plan_memory(*, input_bytes: int, output_bytes: int, reference_extra_bytes: i
     sets = min(timing_sets, room // max(input_bytes, 1))
     return MemoryPlan(input_bytes, output_bytes, reference_extra_bytes, budget_bytes, used_bytes,
                       int(resident), int(sets))
+
+
+def float64_twin_bytes(plan: MemoryPlan, parameter_bytes: int, min_slack_bytes: int = 0) -> int:
+    """What measuring the reference against its float64 twin needs at most, beside what is in use
+    and the plan's resident reference outputs, while the trials' reference outputs are made: the
+    twin's weights (twice the fp32 ones), a draw and its float64 copy (three times the inputs), a
+    draw's fp32 outputs and their float64 twins (three times the outputs), the twin's workspace
+    (twice the reference's), the comparison's float64 chunks (three, each at most twice the
+    outputs) and twice the plan's slack."""
+    largest = 2 * max(plan.input_bytes, plan.output_bytes, 1)
+    slack = max(min_slack_bytes, int(_SLACK_FRACTION * largest))
+    comparison = 3 * min(2 * plan.output_bytes, 8 * STATS_CHUNK_ELEMENTS)
+    return (2 * parameter_bytes + 3 * plan.input_bytes + 3 * plan.output_bytes + 2 * plan.reference_extra_bytes
+            + comparison + slack)
+
+
+def float64_twin_fits(plan: MemoryPlan, parameter_bytes: int, min_slack_bytes: int = 0) -> tuple[bool, str]:
+    """Whether `float64_twin_bytes` fits the plan's budget, and if not, a sentence with the numbers."""
+    needed = plan.used_bytes + plan.resident_outputs * plan.output_bytes + float64_twin_bytes(
+        plan, parameter_bytes, min_slack_bytes)
+    if needed <= plan.budget_bytes:
+        return True, ""
+    return False, (f"the float64 copy of the reference would take the evaluation to {needed / GIB:.2f} GiB, over "
+                   f"its {plan.budget_bytes / GIB:.2f} GiB budget")
 
 
 def tensor_bytes(values: Sequence[Any]) -> int:

@@ -7,8 +7,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-RESULT_SCHEMA_VERSION = 5  # 2: eager_time_in_worker removed, TimingStats.detail added; 3: device_memory;
-# 4: reference_time_in_worker (a diagnostic); 5: candidate_worker_medians_ms (the confirmation run)
+RESULT_SCHEMA_VERSION = 6  # 2: eager_time_in_worker removed, TimingStats.detail added; 3: device_memory;
+# 4: reference_time_in_worker (a diagnostic); 5: candidate_worker_medians_ms (the confirmation run);
+# 6: reference_error (the fp32 reference against float64, and the tolerances widened from it)
 
 
 class ErrorCode(str, enum.Enum):
@@ -108,6 +109,13 @@ class EvalResult:
     # The eval worker's memory plan (cuda_gym/eval/memory.py): inputs, outputs, budget and use in GiB,
     # resident reference outputs and timing sets; on CUDA `peak_gib`, the most its allocator reserved.
     device_memory: dict[str, float] = field(default_factory=dict)
+    # The fp32 reference's own error, measured in the eval worker before the candidate loaded (its
+    # float64 twin on each correctness draw): per draw, `rel_norm` (||ref32 - ref64|| / ||ref32||) and
+    # `max_abs`, and `seconds`. Where it is beyond the policy's tolerances (flag
+    # `reference_rounding_noise`), `multiple` and per draw the `rel_norm_tolerance` and `abs_tolerance`
+    # the candidate was held to (None: the policy's). `skipped`: why it was not measured (the
+    # policy's tolerances stood).
+    reference_error: dict[str, Any] = field(default_factory=dict)
 
     def baseline_ms(self) -> dict[str, float | None]:
         """The baseline medians the speedups compare with: eager and torch.compile as cached, each

@@ -16,6 +16,7 @@ Every message leaves through `protocol.encode`; the evaluator judges; this proce
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import json
 import math
@@ -40,7 +41,8 @@ import torch.utils.cpp_extension  # noqa: F401
 from ..tasks.task import load_task_namespace
 from . import fastbuild, guard, memory, protocol, sandbox
 from .config import EvalConfig
-from .correctness import Draw, draw_label, flatten_outputs, make_draw, output_stats, reshuffle
+from .correctness import (Draw, ToleranceFloor, draw_label, flatten_outputs, make_draw, output_stats, reshuffle,
+                          tolerance_floor)
 from .timing import Timer, prepare_hold
 
 _perf_counter = time.perf_counter
@@ -94,9 +96,10 @@ def _host_array(tensor: torch.Tensor) -> np.ndarray:
 
 
 def _describe(output: Any, sample_seed: int, reference: list[torch.Tensor] | None = None,
-              config: Any = None) -> tuple[list[np.ndarray], list[dict]]:
+              config: Any = None, floors: list[ToleranceFloor | None] = ()) -> tuple[list[np.ndarray], list[dict]]:
     """What leaves the worker about one forward's outputs: each output whole when small, else a
-    sample at seeded positions plus (for a candidate) its error statistics computed here."""
+    sample at seeded positions plus (for a candidate) its error statistics computed here, with
+    each output's widened tolerances where the reference is rounding noise (`floors`)."""
     arrays, specs = [], []
     for index, value in enumerate(flatten_outputs(output)):
         tensor = _as_tensor(value)
@@ -110,7 +113,7 @@ def _describe(output: Any, sample_seed: int, reference: list[torch.Tensor] | Non
             if reference is not None and index < len(reference):
                 ref = reference[index]
                 if tuple(ref.shape) == tuple(tensor.shape) and ref.dtype == tensor.dtype:
-                    spec["stats"] = output_stats(tensor, ref, config)
+                    spec["stats"] = output_stats(tensor, ref, config, floors[index] if index < len(floors) else None)
         specs.append(spec)
     return arrays, specs
 
@@ -282,6 +285,11 @@ class _TaskSetup:
             budget_bytes=memory.device_budget_bytes(device, config.get("device_memory_gb")),
             trials=self.trial_count, timing_sets=config["timing_input_sets"],
             min_slack_bytes=memory.CUDA_SLACK_MIN_BYTES if device == "cuda" else 0)
+        self.stats_config = _config_for_stats(config)
+        # The fp32 reference against its float64 twin, per trial and output (`_measure_reference_error`).
+        self.reference_error: list[list[dict[str, float] | None]] = []
+        self.reference_error_skipped = ""  # why it was not measured: the policy's tolerances then stand
+        self.reference_error_seconds = 0.0
 
     def draw(self, index: int) -> Draw:
         """Draw `index` (0: the task's own inputs, the objects themselves; clone before use)."""
@@ -306,14 +314,104 @@ class _TaskSetup:
 
     def prepare_trials(self, describe: Any) -> None:
         """Every trial's reference output, passed to `describe(index, outputs)` (which sends it
-        out), kept resident where the plan allows and freed otherwise."""
+        out), measured against the reference's float64 twin (`reference_error`), kept resident
+        where the plan allows and freed otherwise. Baseline workers go through the same steps, so
+        that their process history up to the timing stays the eval worker's."""
+        # Every correctness draw is measured, not draw 0 alone: a floor is only as good as the draw
+        # it was measured on (a centred or scaled draw can be worse conditioned than the task's
+        # own), and each costs one float64 forward here, beside the fp32 forwards of the trials and
+        # the timing checksums; the float64 copy of the model is made once for all of them.
+        twin = self._float64_twin()
         for index in range(self.trial_count):
             outputs = self.first_output if index == 0 else self.reference_output(index)
             self.distributions.append("shuffled" if index in self.fallback else draw_label(index))
             describe(index, outputs)
+            if twin is not None and not self._measure_reference_error(twin, index, outputs):
+                twin = None
             self.reference_outputs.append(outputs if index < self.plan.resident_outputs else None)
             del outputs
+        del twin
         self.first_output = None
+
+    def _float64_twin(self) -> torch.nn.Module | None:
+        """A float64 copy of the reference model (the same weights), or None, with
+        `reference_error_skipped` saying why: it would not fit the memory plan, or copying failed."""
+        parameter_bytes = memory.tensor_bytes([*self.model.parameters(), *self.model.buffers()])
+        fits, why = memory.float64_twin_fits(self.plan, parameter_bytes,
+                                             memory.CUDA_SLACK_MIN_BYTES if self.device == "cuda" else 0)
+        if not fits:
+            self.reference_error_skipped = why
+            return None
+        started = _perf_counter()
+        try:
+            twin = copy.deepcopy(self.model).double()
+            # Its outputs are the expected answer in float64: once freed they are scrubbed before
+            # candidate code runs, as the reference's own are (on the CPU, blocks of their sizes).
+            self.output_nbytes += [o.numel() * 8 for o in self.first_output if o.is_floating_point()]
+            return twin
+        except Exception as exc:  # noqa: BLE001 - the task still runs, under the policy's tolerances
+            self.reference_error_skipped = f"the reference could not be copied to float64: {type(exc).__name__}: {exc}"
+            return None
+        finally:
+            self.reference_error_seconds += _perf_counter() - started
+
+    def _measure_reference_error(self, twin: torch.nn.Module, index: int, outputs: list[torch.Tensor]) -> bool:
+        """How far the fp32 reference's `outputs` on draw `index` are from the truth: the float64
+        twin on the same draw (floating inputs cast to float64, the same values) is compared with
+        them as a candidate's outputs are (`output_stats`, relative to the fp32 reference's norm).
+        Appends one entry per output to `reference_error` (None for a non-floating output) and
+        returns True. Where the twin raises or gives non-finite or differently shaped outputs, the
+        measurement is dropped for every draw, `reference_error_skipped` says why and it returns
+        False. `outputs` are only read; the global random streams are restored afterwards, so the
+        task's later forwards draw what they would have without this one."""
+        started = _perf_counter()
+        rng_devices = [torch.cuda.current_device()] if self.device == "cuda" else []
+        reason, errors = "", []
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=rng_devices):
+                draw = self.draw(index)
+                inputs = [v.to(torch.float64, copy=True) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                          else _clone(v) for v in draw.inputs]
+                del draw
+                twin_outputs = [_as_tensor(v) for v in flatten_outputs(twin(*inputs))]
+                del inputs
+            if len(twin_outputs) != len(outputs):
+                reason = f"the float64 reference returns {len(twin_outputs)} outputs, the fp32 one {len(outputs)}"
+            for position, (ref, ref64) in enumerate(zip(outputs, twin_outputs)):
+                if reason:
+                    break
+                if not ref.is_floating_point():
+                    errors.append(None)
+                elif tuple(ref64.shape) != tuple(ref.shape):
+                    reason = (f"the float64 reference's output {position} has shape {tuple(ref64.shape)}, "
+                              f"not {tuple(ref.shape)}")
+                else:
+                    stats = output_stats(ref64, ref, self.stats_config)
+                    if stats["nonfinite"]:
+                        reason = f"the float64 reference's output {position} is not finite on draw {index}"
+                    errors.append({key: stats[key] for key in ("norm", "abs", "bad")})
+            del twin_outputs
+        except Exception as exc:  # noqa: BLE001 - some ops refuse float64; the task runs under the policy's tolerances
+            reason = f"the reference fails in float64: {type(exc).__name__}: {exc}"
+        finally:
+            self.reference_error_seconds += _perf_counter() - started
+        if reason:
+            self.reference_error, self.reference_error_skipped = [], reason
+            return False
+        self.reference_error.append(errors)
+        return True
+
+    def reference_error_meta(self) -> dict[str, Any]:
+        """The measurement as the reference message carries it to the evaluator."""
+        return {"draws": self.reference_error, "skipped": self.reference_error_skipped[:500],
+                "seconds": round(self.reference_error_seconds, 4)}
+
+    def tolerance_floors(self, index: int) -> list[ToleranceFloor | None]:
+        """Per output of trial `index`, its widened tolerances (`correctness.tolerance_floor`: the
+        evaluator derives the same from the same measurement), or None."""
+        if index >= len(self.reference_error):
+            return []
+        return [tolerance_floor(error, self.stats_config) for error in self.reference_error[index]]
 
     def prepare_timing_sets(self) -> None:
         """The resident timing input sets: the draws after the trials' (the same in every worker)."""
@@ -669,6 +767,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
     channel.send("reference", {"limits_not_applied": job.get("limits_not_applied", []),
                                "distributions": setup.distributions, "outputs": specs,
                                "timing_checksums": timing_checksums, "memory": plan.to_meta(),
+                               "reference_error": setup.reference_error_meta(),
                                "seconds": _perf_counter() - started,
                                "parts_s": clock.phases}, arrays)
     del arrays, specs, timing_checksums
@@ -770,7 +869,8 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
                            "gives its own earlier output: the candidate changed how PyTorch computes")
                     return
             del draw
-            arrays, specs = _describe(output, _sample_seed(job, index), reference, _config_for_stats(config))
+            arrays, specs = _describe(output, _sample_seed(job, index), reference, setup.stats_config,
+                                      setup.tolerance_floors(index))
         except TypeError as exc:
             _error(channel, "INCORRECT", str(exc))
             return
