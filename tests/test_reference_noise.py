@@ -286,8 +286,27 @@ def test_the_float64_twin_must_fit_the_memory_plan(cpu_evaluator):
     memory = first.device_memory
     budget = (2 * memory["input_gib"] + 2 * memory["output_gib"] + memory["reference_extra_gib"]
               + 0.25 * max(memory["input_gib"], memory["output_gib"]) + 0.2 * memory["output_gib"])
+    # (another seed: the evaluator hands a task's earlier measurement to its later jobs, see below)
     tight = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text(),
-                                   config=cpu_evaluator.config.replace(device_memory_gb=budget))
+                                   config=cpu_evaluator.config.replace(device_memory_gb=budget, seed=7))
     assert tight.ok, tight.message
     assert "float64 copy of the reference" in tight.reference_error["skipped"], tight.reference_error
     assert tight.flags == first.flags
+
+
+def test_a_tasks_measurement_is_made_once_and_handed_to_its_later_jobs(cpu_evaluator, permissive):
+    """The second verdict of the same task, sizes, seed and draws reuses the first's float64
+    measurement (no float64 forward: 0 s), with the same floors and flags; another seed measures anew."""
+    task = _task(GROUP_NORM_MEAN, "gn_mean_reused")
+    config = permissive.replace(seed=11)
+    first = cpu_evaluator.evaluate(task, GROUP_NORM_MEAN + IN_FLOAT64, config=config)
+    again = cpu_evaluator.evaluate(task, GROUP_NORM_MEAN + REVERSED_ORDER, config=config)
+    assert first.ok and again.ok, (first.message, again.message)
+    assert first.reference_error["seconds"] > 0 and again.reference_error["seconds"] == 0.0
+    assert again.reference_error["rel_norm"] == first.reference_error["rel_norm"]
+    assert again.reference_error["rel_norm_tolerance"] == first.reference_error["rel_norm_tolerance"]
+    assert {"reference_rounding_noise", "degenerate_task"} <= set(again.flags)
+    wrong = cpu_evaluator.evaluate(task, GROUP_NORM_MEAN + _wrong("super().forward(*inputs) + 1.0"), config=config)
+    assert wrong.error_code is ErrorCode.INCORRECT and wrong.reference_error["seconds"] == 0.0
+    other = cpu_evaluator.evaluate(task, GROUP_NORM_MEAN + IN_FLOAT64, config=config.replace(seed=12))
+    assert other.ok and other.reference_error["seconds"] > 0

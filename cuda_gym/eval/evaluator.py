@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -95,6 +96,10 @@ class Evaluator:
         self._executor = ThreadPoolExecutor(max_workers=self.build_workers + 4, thread_name_prefix="cuda-gym-eval")
         self._baselines = (baseline_cache if baseline_cache is not None
                            else BaselineCache(self.cache_dir / "baselines.json"))
+        # The fp32 reference's distance from its float64 twin, per task, sizes, seed and draws: a worker
+        # measures it once, before any candidate loads, and later jobs of the task are handed it instead
+        # of measuring again (one float64 forward per correctness draw saved per verdict).
+        self._reference_errors: dict[str, dict[str, Any]] = {}
         self._header_lock = threading.Lock()
         self._header_checked = False
         self._closed = False
@@ -392,8 +397,15 @@ class Evaluator:
             marker.unlink(missing_ok=True)
 
     # ---------------------------------------------------------------------------------- baselines
+    @staticmethod
+    def _reference_error_key(task: Task, backend: str, config: EvalConfig) -> str:
+        return json.dumps([task.id, task.source_hash, task.sizes_for(backend), backend, config.seed,
+                           config.correctness_trials], sort_keys=True)
+
     def _job(self, task: Task, backend: str, config: EvalConfig, **extra: Any) -> dict[str, Any]:
+        known = self._reference_errors.get(self._reference_error_key(task, backend, config))
         return {"task_id": task.id, "task_source": task.source, "sizes": task.sizes_for(backend),
+                "reference_error": known,
                 "seed": config.seed, "config": {
                     "correctness_trials": config.correctness_trials, "timing_input_sets": config.timing_input_sets,
                     "warmup_reps": config.warmup_reps, "timing_reps": config.timing_reps,
@@ -525,6 +537,8 @@ class Evaluator:
                 log = worker.log_tail(config.max_log_chars)
                 worker.kill()
                 self._pool.replenish()  # the next spare warms up while the device is idle
+            if judge.measured_reference_error:  # a complete measurement, made before the candidate loaded
+                self._reference_errors[self._reference_error_key(task, backend, config)] = judge.measured_reference_error
             result.limits_not_applied = [*(worker.ready or {}).get("limits_not_applied", []), *judge.limits_not_applied]
             result.eval_seconds = round(time.monotonic() - judge.started, 4)
         result.runtime_log = (result.runtime_log + log)[-config.max_log_chars:]
@@ -547,6 +561,7 @@ class _Judgement:
         self.timing_checksums: list[list[float]] = []
         # Per trial and output, the widened tolerances where the fp32 reference is rounding noise (else None).
         self.tolerance_floors: list[list[ToleranceFloor | None]] = []
+        self.measured_reference_error: dict[str, Any] | None = None  # the worker's report, when complete
         self.decided = False
         self.timing: dict[str, Any] | None = None
         self.checks: dict[str, Any] | None = None
@@ -645,6 +660,7 @@ class _Judgement:
             return ""
         errors = [[{key: float(error[key]) for key in ("norm", "abs", "bad")} if error else None for error in draw]
                   for draw in draws]
+        self.measured_reference_error = {"draws": errors, "skipped": "", "seconds": 0.0}
         self.tolerance_floors = [[tolerance_floor(error, self.config) for error in draw] for draw in errors]
         measured = [[error for error in draw if error] for draw in errors]
         self.result.reference_error = {
