@@ -165,7 +165,6 @@ template <int BLOCK, int KIND> __device__ CgPair cg_block_pair(CgPair v) {
     return scratch[0];
 }
 
-
 template <int BLOCK, int V, int KIND, class P, class E>
 __global__ void __launch_bounds__(BLOCK) cg_reduce_rows(const float* __restrict__ x, float* __restrict__ y,
                                                         int64_t outer, int64_t R, P p, E e) {
