@@ -295,8 +295,9 @@ def test_the_float64_twin_must_fit_the_memory_plan(cpu_evaluator):
 
 
 def test_a_tasks_measurement_is_made_once_and_handed_to_its_later_jobs(cpu_evaluator, permissive):
-    """The second verdict of the same task, sizes, seed and draws reuses the first's float64
-    measurement (no float64 forward: 0 s), with the same floors and flags; another seed measures anew."""
+    """The second verdict of the same task, sizes, seed, draws and precision reuses the first's float64
+    measurement (no float64 forward: 0 s), with the same floors and flags; another seed or precision
+    measures anew."""
     task = _task(GROUP_NORM_MEAN, "gn_mean_reused")
     config = permissive.replace(seed=11)
     first = cpu_evaluator.evaluate(task, GROUP_NORM_MEAN + IN_FLOAT64, config=config)
@@ -310,3 +311,6 @@ def test_a_tasks_measurement_is_made_once_and_handed_to_its_later_jobs(cpu_evalu
     assert wrong.error_code is ErrorCode.INCORRECT and wrong.reference_error["seconds"] == 0.0
     other = cpu_evaluator.evaluate(task, GROUP_NORM_MEAN + IN_FLOAT64, config=config.replace(seed=12))
     assert other.ok and other.reference_error["seconds"] > 0
+    # the precision is part of what was measured (TF32 in the reference, the elementwise bound)
+    tf32 = cpu_evaluator.evaluate(task, GROUP_NORM_MEAN + IN_FLOAT64, config=config.replace(precision="tf32"))
+    assert tf32.ok and tf32.reference_error["seconds"] > 0, tf32.message

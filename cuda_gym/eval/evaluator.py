@@ -399,8 +399,10 @@ class Evaluator:
     # ---------------------------------------------------------------------------------- baselines
     @staticmethod
     def _reference_error_key(task: Task, backend: str, config: EvalConfig) -> str:
+        """What a measurement depends on: the draws (task, sizes, seed, how many) and the precision the
+        fp32 reference ran and was compared under (TF32 on or off, the elementwise bound's 'bad' count)."""
         return json.dumps([task.id, task.source_hash, task.sizes_for(backend), backend, config.seed,
-                           config.correctness_trials], sort_keys=True)
+                           config.correctness_trials, config.precision], sort_keys=True)
 
     def _job(self, task: Task, backend: str, config: EvalConfig, **extra: Any) -> dict[str, Any]:
         known = self._reference_errors.get(self._reference_error_key(task, backend, config))
