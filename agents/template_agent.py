@@ -718,16 +718,17 @@ class _Tracer:
     def _view3(self, shape: Sequence[int], dims: list[int]) -> tuple[int, int, int]:
         return (math.prod(shape[:dims[0]]), math.prod(shape[dims[0]:dims[-1] + 1]), math.prod(shape[dims[-1] + 1:]))
 
-    def _prologue(self, x: _Value) -> tuple[Buffer, tuple, list[Operand]] | None:
-        """A pointwise expression over stored tensors, fused into the load of the reduction that reads it
-        (x ** 2 before a mean, a loss before its mean): (the full-shape tensor read as `v`, the expression,
-        the other operands). None where `x` is stored already, or pending on a stage's output (that
-        stage's epilogue takes it), or has no full-shape operand to walk."""
-        if x.buffer is not None or x.producer is not None or x.strides is not None or x.dtype != "float":
-            return None
-        full = [k for k, o in enumerate(x.operands) if broadcast_terms(o.shape, x.shape) == [(1, math.prod(x.shape), 1)]]
+    def _reduction_input(self, x: _Value) -> tuple[Buffer, tuple, list[Operand]]:
+        """What a reduction or norm reads for `x`: (the tensor walked, read as `v`; the prologue, a pointwise
+        expression fused into the load; its other operands). A pointwise expression over stored tensors
+        is the prologue (x ** 2 before a mean, a loss before its mean), so it is never stored; otherwise x
+        is materialised and the prologue is the identity (x stored already, pending on a stage's output,
+        whose epilogue takes it, or without a full-shape operand to walk)."""
+        pending = x.buffer is None and x.producer is None and x.strides is None and x.dtype == "float"
+        full = [k for k, o in enumerate(x.operands)
+                if broadcast_terms(o.shape, x.shape) == [(1, math.prod(x.shape), 1)]] if pending else []
         if not full:
-            return None
+            return self.materialise(x), V, []
         primary = x.operands[full[0]].buffer
         as_v = {k for k in full if x.operands[k].buffer.ref == primary.ref}
         kept = [k for k in range(len(x.operands)) if k not in as_v]
@@ -748,8 +749,7 @@ class _Tracer:
             out = self._temp(out_shape, "int64")
             self._stage("argreduce", out, [xb], outer=outer, R=R, inner=inner, is_max=op == "argmax")
             return _Value(tuple(out_shape), ("op", 0), [Operand(out, out.shape)], buffer=out, dtype="int64")
-        fused = self._prologue(x)
-        xb, prologue, prologue_operands = fused if fused else (self.materialise(x), V, [])
+        xb, prologue, prologue_operands = self._reduction_input(x)
         out = self._temp(out_shape)
         stage = self._stage("reduce", out, [xb] + [o.buffer for o in prologue_operands],
                             op="sum" if op == "mean" else op, outer=outer, R=R, inner=inner, in_shape=tuple(x.shape),
@@ -761,13 +761,10 @@ class _Tracer:
 
     def _norm(self, x: _Value, kind: str, dims: list[int], eps: float, weight: str | None, bias: str | None,
               groups: int, div: int = 1, group_size: int = 0, prologue: tuple | None = None) -> _Value:
-        """`prologue` (the expression and its operands over x's elements, from `_prologue`) is given by
-        `_group_norm`, whose x is a row view of the tensor the prologue reads; otherwise it is found here."""
-        fused = None if prologue is not None else self._prologue(x)
-        if fused:
-            xb, prologue = fused[0], fused[1:]
-        elif prologue is None:
-            xb, prologue = self.materialise(x), (V, [])
+        """`prologue` (the expression and its operands over x's elements, from `_reduction_input`) is given
+        by `_group_norm`, whose x is a row view of the tensor the prologue reads; otherwise it is found here."""
+        if prologue is None:
+            xb, *prologue = self._reduction_input(x)
         else:
             xb = x.buffer
         outer, R, inner = self._view3(x.shape, dims)
@@ -793,8 +790,7 @@ class _Tracer:
         if c % groups:
             raise Unsupported("group norm channels not divisible by groups")
         # rows (n, g) of length (C/G) * spatial; the affine index is g * (C/G) + r / spatial
-        fused = self._prologue(x)
-        xb, prologue = (fused[0], fused[1:]) if fused else (self.materialise(x), (V, []))
+        xb, *prologue = self._reduction_input(x)
         rows = (shape[0] * groups, (c // groups) * spatial)
         view = _Value(rows, ("op", 0), [], buffer=Buffer(xb.ref, rows, xb.dtype, xb.kind))
         value = self._norm(view, "layer_norm", [1], eps, weight, bias, groups=groups, div=spatial,
@@ -1196,9 +1192,19 @@ _POOL_GEOMETRY = ("d", "h", "w", "od", "oh", "ow", "kd", "kh", "kw", "sd", "sh",
 
 
 def _conv_shape_init(shape: dict[str, int]) -> str:
-    order = ["n", "c", "oc", "groups", "d", "h", "w", "od", "oh", "ow", "kd", "kh", "kw", "sd", "sh", "sw",
-             "pd", "ph", "pw", "dd", "dh", "dw"]
+    order = ["n", "c", "oc", "groups", *_POOL_GEOMETRY]  # CgConvShape's field order
     return "{" + ", ".join(f"{int(shape[k])}LL" for k in order) + "}"
+
+
+def _prologue_parts(stage: Stage) -> tuple[str, str, list[str], str]:
+    """A reduction's or norm's prologue as rendered: (its functor's code, the launcher's extra
+    parameters, their arguments in forward, the line that builds `pro`)."""
+    p = stage.params
+    operands = p["prologue_operands"]
+    code = _epilogue_functor(f"Pro_{stage.name}", p["prologue"], operands, p["in_shape"])
+    params = "".join(f", const float* q{k}" for k in range(len(operands)))
+    build = f"Pro_{stage.name} pro{{{', '.join(f'q{k}' for k in range(len(operands)))}}};"
+    return code, params, [o.buffer.ref for o in operands], build
 
 
 def _render_stage(stage: Stage, knobs: dict[str, Any], backend: str) -> _Launch:
@@ -1280,13 +1286,12 @@ def _render_stage(stage: Stage, knobs: dict[str, Any], backend: str) -> _Launch:
     elif stage.kind == "reduce":
         kind = {"sum": "CG_SUM", "max": "CG_MAX", "min": "CG_MIN", "prod": "CG_PROD", "logsumexp": "CG_LOGSUMEXP"}[p["op"]]
         tmpl = f"<{knobs['red_block']}, {knobs['red_vec']}, {kind}>" if cuda else f"<{knobs['red_rows']}, {kind}>"
-        pro_operands = p["prologue_operands"]
-        code += _epilogue_functor(f"Pro_{name}", p["prologue"], pro_operands, p["in_shape"])
-        pro_params = "".join(f", const float* q{k}" for k in range(len(pro_operands)))
+        pro_code, pro_params, pro_args, pro_build = _prologue_parts(stage)
+        code += pro_code
         call = f"cg_reduce{tmpl}(x, y, {p['outer']}LL, {p['R']}LL, {p['inner']}LL, pro, epi{stream_arg})"
         sig = f"const float* x, float* y{pro_params}{op_params}{stream_param}"
-        args = [stage.inputs[0].ref, out.ref] + [o.buffer.ref for o in pro_operands]
-        functor = f"Pro_{name} pro{{{', '.join(f'q{k}' for k in range(len(pro_operands)))}}};\n    " + functor
+        args = [stage.inputs[0].ref, out.ref] + pro_args
+        functor = pro_build + "\n    " + functor
     elif stage.kind == "argreduce":
         is_max = "true" if p["is_max"] else "false"
         tmpl = f"<{knobs['red_block']}, {is_max}>" if cuda else f"<{knobs['red_rows']}, {is_max}>"
@@ -1301,17 +1306,15 @@ def _render_stage(stage: Stage, knobs: dict[str, Any], backend: str) -> _Launch:
         g = "g" if p["weight"] is not None else "nullptr"
         b = "bt" if p["bias"] is not None else "nullptr"
         aff = f"CgAffine aff{{{g}, {b}, {p['aff_groups']}LL, {p['aff_group_size']}LL, {p['aff_div']}LL}};"
-        pro_operands = p["prologue_operands"]
-        code += _epilogue_functor(f"Pro_{name}", p["prologue"], pro_operands, p["in_shape"])
-        pro_params = "".join(f", const float* q{k}" for k in range(len(pro_operands)))
+        pro_code, pro_params, pro_args, pro_build = _prologue_parts(stage)
+        code += pro_code
         call = (f"cg_normalize{tmpl}(x, y, {p['outer']}LL, {p['R']}LL, {p['inner']}LL, {p['eps']!r}f, aff, "
                 f"pro, epi{stream_arg})")
         sig = ("const float* x, float* y, const float* g, const float* bt"
                f"{pro_params}{op_params}{stream_param}")
         args = [stage.inputs[0].ref, out.ref, p["weight"].ref if p["weight"] is not None else "None",
-                p["bias"].ref if p["bias"] is not None else "None"] + [o.buffer.ref for o in pro_operands]
-        functor = (aff + f"\n    Pro_{name} pro{{{', '.join(f'q{k}' for k in range(len(pro_operands)))}}};\n    "
-                   + functor)
+                p["bias"].ref if p["bias"] is not None else "None"] + pro_args
+        functor = aff + "\n    " + pro_build + "\n    " + functor
     else:  # pragma: no cover - the tracer makes no other kind
         raise AssertionError(stage.kind)
     code += f'extern "C" int {name}({sig}) {{\n    {functor}\n    return {call};\n}}\n'
