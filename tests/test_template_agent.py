@@ -638,7 +638,7 @@ def test_cuda_pool_kernel_emulated_on_cpu(tmp_path):
 # float64 loops for softmax, log-softmax, layer norm with affine groups (group norm's form) and RMS norm,
 # rows kept in shared memory and rows too long for it, vector widths 1 and 4, more rows than blocks,
 # rows holding -inf (masked softmax entries), few long rows split over blocks (three launches), and
-# prologues that use the index (normalisations, cached or not, split or not, and logsumexp rows).
+# prologues that use the index (normalisations, cached or not, split or not, logsumexp, max and sum rows).
 _ROW_EMULATION = r'''
 #include <barrier>
 #include <cstdio>
@@ -763,9 +763,45 @@ double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = 
     }
     return err;
 }
+// A plain reduction of rows (cg_row_pass, cg_block_reduce) through the prologue, against a loop.
+template <int BLOCK, int V, int KIND> double run_reduce(int64_t outer, int64_t R) {
+    std::vector<float> x(outer * R), y(outer, NAN);
+    unsigned state = 5;
+    for (auto& e : x) { state = state * 1664525u + 1013904223u; e = (state >> 8) / 16777216.f - .5f; }
+    std::barrier<> bar(BLOCK);
+    cg_barrier = &bar;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    cg_warp_barriers.clear();
+    for (int w = 0; w < BLOCK / 32; ++w) {
+        warps.push_back(std::make_unique<std::barrier<>>(32));
+        cg_warp_barriers.push_back(warps.back().get());
+    }
+    gridDim = {(unsigned)(outer > 3 ? outer / 2 : outer), 1, 1};
+    for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+        blockIdx = {bx, 0, 0};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < BLOCK; ++t)
+            threads.emplace_back([&, t] {
+                threadIdx.x = t;
+                cg_reduce_rows<BLOCK, V, KIND, Prologue, Ident>(x.data(), y.data(), outer, R, Prologue{}, Ident{});
+            });
+        for (auto& th : threads) th.join();
+    }
+    double err = 0;
+    for (int64_t o = 0; o < outer; ++o) {
+        double want = KIND == CG_MAX ? -INFINITY : 0.0;
+        for (int64_t r = 0; r < R; ++r) {
+            const double v = Prologue{}(x[o * R + r], o * R + r);
+            want = KIND == CG_MAX ? std::max(want, v) : want + v;
+        }
+        err = std::isnan(y[o]) ? INFINITY : std::fmax(err, std::fabs(y[o] - want) / (1.0 + std::fabs(want)));
+    }
+    return err;
+}
 int main() {
     double worst = 0;
-    for (double e : {run<64, 4, CG_SOFTMAX, true>(5, 1000, true, false), run<32, 4, CG_SOFTMAX, true>(3, 2000, true, false),
+    for (double e : {run_reduce<64, 4, CG_MAX>(5, 1500), run_reduce<32, 1, CG_SUM>(3, 777),
+                     run<64, 4, CG_SOFTMAX, true>(5, 1000, true, false), run<32, 4, CG_SOFTMAX, true>(3, 2000, true, false),
                      run<32, 2, CG_LAYER_NORM, true>(3, 1030, false, true), run<64, 4, CG_SOFTMAX, false>(3, 4100, false, false),
                      run<128, 1, CG_LOG_SOFTMAX, true>(4, 333, true, false), run<64, 4, CG_LOG_SOFTMAX, false>(2, 2048, false, false),
                      run<64, 4, CG_LAYER_NORM, true>(6, 512, false, true), run<256, 1, CG_LAYER_NORM, false>(3, 3001, false, false),

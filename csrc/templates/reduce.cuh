@@ -52,22 +52,30 @@ template <int OP> CG_FN float cg_identity() {
     else return 1.f;
 }
 
-// Every thread gets the result. Safe to call repeatedly (syncs before reusing the scratch).
-template <int BLOCK, int OP> __device__ float cg_block_reduce(float v) {
-    __shared__ float scratch[32];
+CG_FN float cg_shfl_xor(float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+
+// Every thread's v combined by f (identity: what a thread without a value contributes); every thread
+// gets the result: warp shuffles, then the warps' results through shared memory. T needs a
+// cg_shfl_xor overload. Safe to call repeatedly (syncs before reusing the scratch).
+template <int BLOCK, class T, class F> __device__ T cg_block_combine(T v, T identity, F f) {
+    __shared__ T scratch[32];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = cg_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = f(v, cg_shfl_xor(v, o));
     __syncthreads();
     if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
     __syncthreads();
-    v = (int)threadIdx.x < BLOCK / 32 ? scratch[threadIdx.x] : cg_identity<OP>();
+    v = (int)threadIdx.x < BLOCK / 32 ? scratch[threadIdx.x] : identity;
     if (threadIdx.x < 32) {
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v = cg_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));
+        for (int o = 16; o > 0; o >>= 1) v = f(v, cg_shfl_xor(v, o));
         if (threadIdx.x == 0) scratch[0] = v;
     }
     __syncthreads();
     return scratch[0];
+}
+
+template <int BLOCK, int OP> __device__ float cg_block_reduce(float v) {
+    return cg_block_combine<BLOCK>(v, cg_identity<OP>(), [](float a, float b) { return cg_combine<OP>(a, b); });
 }
 
 // A thread's share of row[begin, end): f(r, v) for its V-wide vectors at r = begin + (threadIdx.x + k *
@@ -145,24 +153,12 @@ template <int KIND> CG_FN void cg_pair_add(CgPair& acc, float x, float shift) {
     }
 }
 
-// Every thread gets the block's combined pair. Safe to call repeatedly (syncs before reusing the scratch).
+CG_FN CgPair cg_shfl_xor(CgPair v, int o) { return {cg_shfl_xor(v.a, o), cg_shfl_xor(v.b, o)}; }
+
+// Every thread gets the block's combined pair.
 template <int BLOCK, int KIND> __device__ CgPair cg_block_pair(CgPair v) {
-    __shared__ CgPair scratch[32];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v = cg_pair_combine<KIND>(v, {__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)});
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = (int)threadIdx.x < BLOCK / 32 ? scratch[threadIdx.x] : cg_pair_identity<KIND>();
-    if (threadIdx.x < 32) {
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            v = cg_pair_combine<KIND>(v, {__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)});
-        if (threadIdx.x == 0) scratch[0] = v;
-    }
-    __syncthreads();
-    return scratch[0];
+    return cg_block_combine<BLOCK>(v, cg_pair_identity<KIND>(),
+                                   [](CgPair p, CgPair q) { return cg_pair_combine<KIND>(p, q); });
 }
 
 template <int BLOCK, int V, int KIND, class P, class E>
