@@ -674,6 +674,25 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
 struct Ident { float operator()(float v, int64_t) const { return v; } };
 struct Prologue { float operator()(float v, int64_t i) const { return 0.5f * v + (float)(i % 3); } };
 @KERNEL@
+// Runs body() as every thread of every block of `grid`, one block after another (with the block's and
+// its warps' barriers).
+template <int BLOCK, class Body> void launch(CgDim3 grid, Body body) {
+    std::barrier<> bar(BLOCK);
+    cg_barrier = &bar;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    cg_warp_barriers.clear();
+    for (int w = 0; w < BLOCK / 32; ++w) {
+        warps.push_back(std::make_unique<std::barrier<>>(32));
+        cg_warp_barriers.push_back(warps.back().get());
+    }
+    gridDim = grid;
+    for (unsigned by = 0; by < grid.y; ++by) for (unsigned bx = 0; bx < grid.x; ++bx) {
+        blockIdx = {bx, by, 0};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < BLOCK; ++t) threads.emplace_back([&, t] { threadIdx.x = t; body(); });
+        for (auto& th : threads) th.join();
+    }
+}
 template <int BLOCK, int V, int KIND, bool CACHED, bool PRO = false>
 double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = false, int64_t split = 0) {
     using Pro = std::conditional_t<PRO, Prologue, Ident>;  // the normalisation's prologue
@@ -687,48 +706,24 @@ double run(int64_t outer, int64_t R, bool masked, bool affine, bool logsumexp = 
     CgAffine aff{affine ? g.data() : nullptr, affine ? b.data() : nullptr, groups, group_size, 2};
     std::vector<float> smem(CACHED ? R + 4 : 0);
     cg_dynamic_smem = smem.data();
-    gridDim = {(unsigned)(outer > 3 ? outer / 2 : outer), 1, 1};
-    std::barrier<> bar(BLOCK);
-    cg_barrier = &bar;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
-    cg_warp_barriers.clear();
-    for (int w = 0; w < BLOCK / 32; ++w) {
-        warps.push_back(std::make_unique<std::barrier<>>(32));
-        cg_warp_barriers.push_back(warps.back().get());
-    }
-    auto launch = [&](CgDim3 grid, auto body) {
-        gridDim = grid;
-        for (unsigned by = 0; by < grid.y; ++by) for (unsigned bx = 0; bx < grid.x; ++bx) {
-            blockIdx = {bx, by, 0};
-            std::vector<std::thread> threads;
-            for (int t = 0; t < BLOCK; ++t) threads.emplace_back([&, t] { threadIdx.x = t; body(); });
-            for (auto& th : threads) th.join();
-        }
-    };
     // the split path's three launches: chunk pairs, row coefficients, output (a grid narrower than the work)
     const int64_t chunks = split ? (R + split - 1) / split : 0;
     std::vector<CgPair> partial(outer * chunks);
     std::vector<float2> coef(outer);
     if (split) {
-        launch({(unsigned)chunks, (unsigned)outer, 1}, [&] {
+        launch<BLOCK>({(unsigned)chunks, (unsigned)outer, 1}, [&] {
             cg_normalize_chunks<BLOCK, V, KIND, Pro>(x.data(), partial.data(), R, split, Pro{}); });
-        launch({(unsigned)outer, 1, 1}, [&] {
+        launch<BLOCK>({(unsigned)outer, 1, 1}, [&] {
             cg_normalize_coefficients<BLOCK, KIND, Pro>(x.data(), partial.data(), coef.data(), chunks, R, 1e-5f, Pro{}); });
-        launch({3, 1, 1}, [&] {
+        launch<BLOCK>({3, 1, 1}, [&] {
             cg_normalize_apply<BLOCK, V, KIND, Pro, Ident>(x.data(), y.data(), coef.data(), outer, R, aff, Pro{}, Ident{}); });
-    }
-    for (unsigned bx = 0; bx < gridDim.x && !split; ++bx) {
-        blockIdx = {bx, 0, 0};
-        std::vector<std::thread> threads;
-        for (int t = 0; t < BLOCK; ++t)
-            threads.emplace_back([&, t] {
-                threadIdx.x = t;
-                if (logsumexp)
-                    cg_reduce_rows<BLOCK, V, CG_LOGSUMEXP, Prologue, Ident>(x.data(), y.data(), outer, R, Prologue{}, Ident{});
-                else cg_normalize_rows<BLOCK, V, KIND, CACHED, Pro, Ident>(x.data(), y.data(), outer, R, 1e-5f, aff, Pro{},
-                                                                          Ident{});
-            });
-        for (auto& th : threads) th.join();
+    } else {  // more rows than blocks: the grid-stride loop
+        launch<BLOCK>({(unsigned)(outer > 3 ? outer / 2 : outer), 1, 1}, [&] {
+            if (logsumexp)
+                cg_reduce_rows<BLOCK, V, CG_LOGSUMEXP, Prologue, Ident>(x.data(), y.data(), outer, R, Prologue{}, Ident{});
+            else cg_normalize_rows<BLOCK, V, KIND, CACHED, Pro, Ident>(x.data(), y.data(), outer, R, 1e-5f, aff, Pro{},
+                                                                      Ident{});
+        });
     }
     double err = 0;
     std::vector<float> xv(x);  // what is normalised: the prologue's values
@@ -768,25 +763,8 @@ template <int BLOCK, int V, int KIND> double run_reduce(int64_t outer, int64_t R
     std::vector<float> x(outer * R), y(outer, NAN);
     unsigned state = 5;
     for (auto& e : x) { state = state * 1664525u + 1013904223u; e = (state >> 8) / 16777216.f - .5f; }
-    std::barrier<> bar(BLOCK);
-    cg_barrier = &bar;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
-    cg_warp_barriers.clear();
-    for (int w = 0; w < BLOCK / 32; ++w) {
-        warps.push_back(std::make_unique<std::barrier<>>(32));
-        cg_warp_barriers.push_back(warps.back().get());
-    }
-    gridDim = {(unsigned)(outer > 3 ? outer / 2 : outer), 1, 1};
-    for (unsigned bx = 0; bx < gridDim.x; ++bx) {
-        blockIdx = {bx, 0, 0};
-        std::vector<std::thread> threads;
-        for (int t = 0; t < BLOCK; ++t)
-            threads.emplace_back([&, t] {
-                threadIdx.x = t;
-                cg_reduce_rows<BLOCK, V, KIND, Prologue, Ident>(x.data(), y.data(), outer, R, Prologue{}, Ident{});
-            });
-        for (auto& th : threads) th.join();
-    }
+    launch<BLOCK>({(unsigned)(outer > 3 ? outer / 2 : outer), 1, 1}, [&] {
+        cg_reduce_rows<BLOCK, V, KIND, Prologue, Ident>(x.data(), y.data(), outer, R, Prologue{}, Ident{}); });
     double err = 0;
     for (int64_t o = 0; o < outer; ++o) {
         double want = KIND == CG_MAX ? -INFINITY : 0.0;
