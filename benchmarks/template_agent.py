@@ -16,7 +16,7 @@ per task compete with the default under the phase B judge. Results are written a
 so a run cut by its time limit keeps everything it measured.
 
 A run cut by the device's time limit continues with `--resume <its JSON>`: verdicts for the
-configurations judged now are kept, and the evaluator's baseline cache ($CUDA_GYM_CACHE/baselines.json),
+configurations judged now are kept when the candidate's text is the same (its sha256 is in the row), and the evaluator's baseline cache ($CUDA_GYM_CACHE/baselines.json),
 carried along, saves the baselines already measured (session 10 timed 78 tasks over three calls, at
 10.6 s per task; docs/template-agent.md).
 
@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import math
 import os
@@ -143,8 +144,15 @@ def plan_all(tasks, backend: str) -> tuple[dict[str, dict], dict[str, Any]]:
     return rows, plans
 
 
-def _record_check(row: dict, result, knobs: dict) -> None:
+def source_sha(source: str) -> str:
+    """What a resumed verdict must match: the sha256 of the candidate's whole text (every template's
+    source is in it, so a change to any template judges every task again)."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def _record_check(row: dict, result, knobs: dict, source: str) -> None:
     """Phase A: the verdict and the one timed call (no baseline, so no speedup)."""
+    row["a_source_sha"] = source_sha(source)
     row["a_error_code"] = result.error_code.value
     row["a_correct"] = bool(result.correct)
     row["a_check_ms"] = result.candidate_time.median_ms if result.candidate_time else None
@@ -153,8 +161,9 @@ def _record_check(row: dict, result, knobs: dict) -> None:
         row["a_message"] = (result.message or "")[:300]
 
 
-def _record_timed(row: dict, result, knobs: dict, seconds: float | None = None) -> None:
+def _record_timed(row: dict, result, knobs: dict, source: str, seconds: float | None = None) -> None:
     """Phase B: the verdict under the recommended judge, its speedups and candidate median."""
+    row["b_source_sha"] = source_sha(source)
     row["b_error_code"] = result.error_code.value
     row["b_correct"] = bool(result.correct)
     row["b_speedup_vs_eager"] = result.speedup_vs_eager
@@ -171,13 +180,17 @@ def _record_timed(row: dict, result, knobs: dict, seconds: float | None = None) 
         row["b_flags"] = list(result.flags)
 
 
-def _carried(previous: dict[str, dict], task_id: str, knobs: dict, free: set[str], phase: str) -> dict:
+def _carried(previous: dict[str, dict], task_id: str, knobs: dict, free: set[str], phase: str,
+             source: str) -> dict:
     """The fields of phase `phase` ("a" or "b") that a previous run's row holds for `task_id` when it
-    judged the same configuration, else {}. A knob the earlier run did not have yet counts as the same
-    when the plan cannot change it (`free` names the knobs it can)."""
+    judged the same candidate text (`source`'s sha) in the same configuration, else {}. A knob the
+    earlier run did not have yet counts as the same when the plan cannot change it (`free` names the
+    knobs it can). A row without a sha (results before session 12) is never carried."""
     row = previous.get(task_id) or {}
     old = row.get(f"{phase}_knobs")
     if f"{phase}_error_code" not in row or not isinstance(old, dict):
+        return {}
+    if row.get(f"{phase}_source_sha") != source_sha(source):
         return {}
     if any(old.get(k, v) != v for k, v in knobs.items()) or any(k not in old for k in free):
         return {}
@@ -192,7 +205,7 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
     `write(phase, rows)` is called after every verdict. Phase B starts a task only when the time
     left exceeds the longest phase B task so far, so the run ends near the budget. `previous` (the
     `tasks` of an earlier result) resumes it: a phase A or B verdict it holds for the configuration
-    judged now (same knobs; the templates' source is assumed unchanged) is kept, not judged again."""
+    judged now (same knobs and the same candidate text, by sha256) is kept, not judged again."""
     from tqdm import tqdm
 
     from agents.template_agent import KnobSpace, render_candidate
@@ -218,10 +231,10 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
         space = KnobSpace.for_plan(plans[task_id])
         knobs = space.values(space.default())
         sources[task_id] = (render_candidate(plans[task_id], knobs), knobs)
-        carried = _carried(previous, task_id, knobs, space.free_names(), "a")
+        carried = _carried(previous, task_id, knobs, space.free_names(), "a", sources[task_id][0])
         if carried:
             rows[task_id].update(carried)
-            rows[task_id].update(_carried(previous, task_id, knobs, space.free_names(), "b"))
+            rows[task_id].update(_carried(previous, task_id, knobs, space.free_names(), "b", sources[task_id][0]))
             continue
         futures[evaluator.submit(by_id[task_id], sources[task_id][0], backend=backend, config=config_a)] = task_id
     if previous:
@@ -233,14 +246,16 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
             done, pending = wait(pending, timeout=max(0.1, phase_a_end - time.monotonic()),
                                  return_when=FIRST_COMPLETED)
             for future in done:
-                _record_check(rows[futures[future]], future.result(), sources[futures[future]][1])
+                _record_check(rows[futures[future]], future.result(), sources[futures[future]][1],
+                               sources[futures[future]][0])
             bar.update(len(done))
             if done:
                 write("A", rows)
         # At the cut: drop what has not started; what is running finishes and is recorded.
         running = {f for f in pending if not f.cancel()}
         for future in running:
-            _record_check(rows[futures[future]], future.result(), sources[futures[future]][1])
+            _record_check(rows[futures[future]], future.result(), sources[futures[future]][1],
+                          sources[futures[future]][0])
             bar.update(1)
     for future in pending - running:
         rows[futures[future]]["a_not_judged"] = "phase A's share of the time budget ended first"
@@ -258,7 +273,7 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
         t0 = time.monotonic()
         result = evaluator.evaluate(by_id[task_id], sources[task_id][0], backend=backend, config=judge_config)
         longest = max(longest, time.monotonic() - t0)
-        _record_timed(rows[task_id], result, sources[task_id][1], time.monotonic() - t0)
+        _record_timed(rows[task_id], result, sources[task_id][1], sources[task_id][0], time.monotonic() - t0)
         write("B", rows)
     log(f"phase B: {sum('b_error_code' in r for r in rows.values())} judged with the recommended judge, "
         f"{time.monotonic() - started:.0f} s")
@@ -282,15 +297,15 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
                 continue
             tried.add(action)
             knobs = space.values(action)
-            result = evaluator.evaluate(by_id[task_id], render_candidate(plans[task_id], knobs), backend=backend,
-                                        config=judge_config)
+            source = render_candidate(plans[task_id], knobs)
+            result = evaluator.evaluate(by_id[task_id], source, backend=backend, config=judge_config)
             speed = result.speedup_vs_compile or result.speedup_vs_eager or 0.0
             row.setdefault("tuned", []).append({"knobs": knobs, "error_code": result.error_code.value,
                                                 "speedup_vs_eager": result.speedup_vs_eager,
                                                 "speedup_vs_compile": result.speedup_vs_compile})
             if result.correct and speed > best:
                 best = speed
-                _record_timed(row, result, knobs)
+                _record_timed(row, result, knobs, source)
         write("tune", rows)
     return rows
 

@@ -309,6 +309,18 @@ def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator)
     assert resumed["builtin/L1/gelu"]["b_ms"] == rows["builtin/L1/gelu"]["b_ms"]
     assert resumed["builtin/L1/argmax_dim"]["a_correct"] and resumed["builtin/L1/argmax_dim"]["b_correct"]
 
+    # a verdict is carried only for the same candidate text: another text (a template changed) or a row
+    # without a sha (a result from before the sha was recorded) is judged again
+    from benchmarks.template_agent import _carried, source_sha
+
+    gelu = rows["builtin/L1/gelu"]
+    source = "the candidate text"
+    row = {**gelu, "a_source_sha": source_sha(source)}
+    knobs = gelu["a_knobs"]
+    assert _carried({"t": row}, "t", knobs, set(), "a", source)["a_correct"]
+    assert _carried({"t": row}, "t", knobs, set(), "a", source + " ") == {}
+    assert _carried({"t": {k: v for k, v in row.items() if k != "a_source_sha"}}, "t", knobs, set(), "a", source) == {}
+
 
 def test_sweep_cut_by_the_phase_a_share_keeps_every_row():
     from concurrent.futures import Future
