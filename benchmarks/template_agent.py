@@ -16,9 +16,11 @@ per task compete with the default under the phase B judge. Results are written a
 so a run cut by its time limit keeps everything it measured.
 
 A run cut by the device's time limit continues with `--resume <its JSON>`: verdicts for the
-configurations judged now are kept when the candidate's text is the same (its sha256 is in the row), and the evaluator's baseline cache ($CUDA_GYM_CACHE/baselines.json),
-carried along, saves the baselines already measured (session 10 timed 78 tasks over three calls, at
-10.6 s per task; docs/template-agent.md).
+configurations judged now are kept when the candidate's text is the same (its sha256 is in the row),
+and the evaluator's baseline cache ($CUDA_GYM_CACHE/baselines.json), carried along, saves the
+baselines already measured (session 10 timed 78 tasks over three calls, at 10.6 s per task;
+docs/template-agent.md). `benchmarks/results/baselines_cuda_h200_*.json` are such cache files from
+the H200, to copy into $CUDA_GYM_CACHE.
 
 What the JSON means: "correct" is phase A's check verdict; every speedup comes from a phase B
 verdict (phase A times one call against no baseline, so it reports `a_check_ms`, never a speedup).
