@@ -152,9 +152,9 @@ def source_sha(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8")).hexdigest()
 
 
-def _record_check(row: dict, result, knobs: dict, source: str) -> None:
-    """Phase A: the verdict and the one timed call (no baseline, so no speedup)."""
-    row["a_source_sha"] = source_sha(source)
+def _record_check(row: dict, result, knobs: dict, sha: str) -> None:
+    """Phase A: the verdict and the one timed call (no baseline, so no speedup); `sha`: the candidate's."""
+    row["a_source_sha"] = sha
     row["a_error_code"] = result.error_code.value
     row["a_correct"] = bool(result.correct)
     row["a_check_ms"] = result.candidate_time.median_ms if result.candidate_time else None
@@ -163,9 +163,9 @@ def _record_check(row: dict, result, knobs: dict, source: str) -> None:
         row["a_message"] = (result.message or "")[:300]
 
 
-def _record_timed(row: dict, result, knobs: dict, source: str, seconds: float | None = None) -> None:
+def _record_timed(row: dict, result, knobs: dict, sha: str, seconds: float | None = None) -> None:
     """Phase B: the verdict under the recommended judge, its speedups and candidate median."""
-    row["b_source_sha"] = source_sha(source)
+    row["b_source_sha"] = sha
     row["b_error_code"] = result.error_code.value
     row["b_correct"] = bool(result.correct)
     row["b_speedup_vs_eager"] = result.speedup_vs_eager
@@ -183,16 +183,16 @@ def _record_timed(row: dict, result, knobs: dict, source: str, seconds: float | 
 
 
 def _carried(previous: dict[str, dict], task_id: str, knobs: dict, free: set[str], phase: str,
-             source: str) -> dict:
+             sha: str) -> dict:
     """The fields of phase `phase` ("a" or "b") that a previous run's row holds for `task_id` when it
-    judged the same candidate text (`source`'s sha) in the same configuration, else {}. A knob the
+    judged the same candidate text (`sha`, its `source_sha`) in the same configuration, else {}. A knob the
     earlier run did not have yet counts as the same when the plan cannot change it (`free` names the
     knobs it can). A row without a sha (results before session 12) is never carried."""
     row = previous.get(task_id) or {}
     old = row.get(f"{phase}_knobs")
     if f"{phase}_error_code" not in row or not isinstance(old, dict):
         return {}
-    if row.get(f"{phase}_source_sha") != source_sha(source):
+    if row.get(f"{phase}_source_sha") != sha:
         return {}
     if any(old.get(k, v) != v for k, v in knobs.items()) or any(k not in old for k in free):
         return {}
@@ -227,18 +227,20 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
 
     # Phase A: every covered task's default configuration under the check judge, all queued at once.
     previous = previous or {}
-    sources: dict[str, tuple[str, dict]] = {}
+    sources: dict[str, tuple[str, dict, str]] = {}  # task -> (candidate text, knobs, its sha)
     futures = {}
     for task_id in round_robin(plans):
         space = KnobSpace.for_plan(plans[task_id])
         knobs = space.values(space.default())
-        sources[task_id] = (render_candidate(plans[task_id], knobs), knobs)
-        carried = _carried(previous, task_id, knobs, space.free_names(), "a", sources[task_id][0])
+        source = render_candidate(plans[task_id], knobs)
+        sha = source_sha(source)
+        sources[task_id] = (source, knobs, sha)
+        carried = _carried(previous, task_id, knobs, space.free_names(), "a", sha)
         if carried:
             rows[task_id].update(carried)
-            rows[task_id].update(_carried(previous, task_id, knobs, space.free_names(), "b", sources[task_id][0]))
+            rows[task_id].update(_carried(previous, task_id, knobs, space.free_names(), "b", sha))
             continue
-        futures[evaluator.submit(by_id[task_id], sources[task_id][0], backend=backend, config=config_a)] = task_id
+        futures[evaluator.submit(by_id[task_id], source, backend=backend, config=config_a)] = task_id
     if previous:
         log(f"resumed: {len(plans) - len(futures)} phase A verdicts and "
             f"{sum('b_error_code' in r for r in rows.values())} phase B verdicts kept")
@@ -248,16 +250,16 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
             done, pending = wait(pending, timeout=max(0.1, phase_a_end - time.monotonic()),
                                  return_when=FIRST_COMPLETED)
             for future in done:
-                _record_check(rows[futures[future]], future.result(), sources[futures[future]][1],
-                               sources[futures[future]][0])
+                _, knobs, sha = sources[futures[future]]
+                _record_check(rows[futures[future]], future.result(), knobs, sha)
             bar.update(len(done))
             if done:
                 write("A", rows)
         # At the cut: drop what has not started; what is running finishes and is recorded.
         running = {f for f in pending if not f.cancel()}
         for future in running:
-            _record_check(rows[futures[future]], future.result(), sources[futures[future]][1],
-                          sources[futures[future]][0])
+            _, knobs, sha = sources[futures[future]]
+            _record_check(rows[futures[future]], future.result(), knobs, sha)
             bar.update(1)
     for future in pending - running:
         rows[futures[future]]["a_not_judged"] = "phase A's share of the time budget ended first"
@@ -272,10 +274,11 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
     for task_id in tqdm(order, desc="phase B (timed)", unit="task", file=sys.stdout):
         if deadline - time.monotonic() < max(longest, 1.0):
             break
+        source, knobs, sha = sources[task_id]
         t0 = time.monotonic()
-        result = evaluator.evaluate(by_id[task_id], sources[task_id][0], backend=backend, config=judge_config)
+        result = evaluator.evaluate(by_id[task_id], source, backend=backend, config=judge_config)
         longest = max(longest, time.monotonic() - t0)
-        _record_timed(rows[task_id], result, sources[task_id][1], sources[task_id][0], time.monotonic() - t0)
+        _record_timed(rows[task_id], result, knobs, sha, time.monotonic() - t0)
         write("B", rows)
     log(f"phase B: {sum('b_error_code' in r for r in rows.values())} judged with the recommended judge, "
         f"{time.monotonic() - started:.0f} s")
@@ -307,7 +310,7 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
                                                 "speedup_vs_compile": result.speedup_vs_compile})
             if result.correct and speed > best:
                 best = speed
-                _record_timed(row, result, knobs, source)
+                _record_timed(row, result, knobs, source_sha(source))
         write("tune", rows)
     return rows
 

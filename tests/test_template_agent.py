@@ -317,9 +317,10 @@ def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator)
     source = "the candidate text"
     row = {**gelu, "a_source_sha": source_sha(source)}
     knobs = gelu["a_knobs"]
-    assert _carried({"t": row}, "t", knobs, set(), "a", source)["a_correct"]
-    assert _carried({"t": row}, "t", knobs, set(), "a", source + " ") == {}
-    assert _carried({"t": {k: v for k, v in row.items() if k != "a_source_sha"}}, "t", knobs, set(), "a", source) == {}
+    assert _carried({"t": row}, "t", knobs, set(), "a", source_sha(source))["a_correct"]
+    assert _carried({"t": row}, "t", knobs, set(), "a", source_sha(source + " ")) == {}
+    assert _carried({"t": {k: v for k, v in row.items() if k != "a_source_sha"}}, "t", knobs, set(), "a",
+                    source_sha(source)) == {}
 
 
 def test_sweep_cut_by_the_phase_a_share_keeps_every_row():
