@@ -41,6 +41,7 @@ from .timing import HOLD_LIBRARY_ENV, UNTRACKED_WORK_FLAG, build_hold_library
 EVALUATOR_VERSION = "0.1"
 _INTERNAL_KERNEL_MARKERS = ("at::", "c10::")
 BUILD_CACHE_LIMIT = 2000  # build directories kept; the oldest are removed beyond this
+COMPILER_FILE_MB = 512.0  # file-size cap of workers that run a compiler (build, baseline)
 
 
 def default_cache_dir() -> Path:
@@ -188,7 +189,9 @@ class Evaluator:
     def _spec(self, role: str, backend: str, config: EvalConfig, env: dict[str, str]) -> WorkerSpec:
         return WorkerSpec(
             role=role, backend=backend, root=self.run_dir, isolate_network=role in ("eval", "build"),
-            max_file_mb=max(config.max_output_mb, 512.0) if role == "build" else config.max_output_mb,
+            # Compilers write large files: nvcc/g++ objects in a build, and inductor's precompiled
+            # C++ header (~70 MB on an AVX-512 CPU) in a baseline's torch.compile.
+            max_file_mb=max(config.max_output_mb, COMPILER_FILE_MB) if role in ("build", "baseline") else config.max_output_mb,
             address_space_gb=config.cpu_memory_limit_gb if backend == "cpu" else None,
             cpu_threads=config.cpu_threads, env=env,
         )
