@@ -123,18 +123,18 @@ def get_init_inputs():
 
 
 def test_reference_conditioning_finds_a_reference_that_is_rounding_noise():
-    from benchmarks.reference_conditioning import measure
-    from cuda_gym.eval import EvalConfig
+    from benchmarks.reference_conditioning import conditioning_config, measure
+    from cuda_gym.eval import EvalConfig, Evaluator
 
     tolerance = EvalConfig(precision="fp32").rel_norm_tolerance
-    noisy = measure(task_from_source(_DEGENERATE, task_id="t/L2/gn_mean", level=2, name="gn_mean"), "cpu", "cpu", 1.0)
-    assert noisy["ref_rel_error"] > 100 * tolerance and noisy["ref64_norm"] < 1e-10 < noisy["ref32_norm"], noisy
-    sound = measure(task_from_source(_WELL_CONDITIONED, task_id="t/L1/mm", level=1, name="mm"), "cpu", "cpu", 1.0)
-    assert sound["ref_rel_error"] < tolerance / 10, sound
-    skipped = measure(task_from_source(_WELL_CONDITIONED, task_id="t/L1/mm", level=1, name="mm"), "cpu", "cpu", 1e-6)
-    assert "over --max-input-gib" in skipped["skipped"]
-    from benchmarks.reference_conditioning import measure_with_limit
-
-    limited = measure_with_limit(task_from_source(_WELL_CONDITIONED, task_id="t/L1/mm", level=1, name="mm"),
-                                 "cpu", "cpu", 1.0, 60.0)
-    assert limited["ref_rel_error"] == pytest.approx(sound["ref_rel_error"])
+    config = conditioning_config()
+    with Evaluator("cpu", config) as evaluator:
+        noisy = measure(evaluator, task_from_source(_DEGENERATE, task_id="t/L2/gn_mean", level=2, name="gn_mean"),
+                        "cpu", config)
+        sound = measure(evaluator, task_from_source(_WELL_CONDITIONED, task_id="t/L1/mm", level=1, name="mm"),
+                        "cpu", config)
+    # The rounding-noise reference is far from its float64 twin on every draw, the judge widened its
+    # tolerance and the identity still passes; the matmul's reference is within the policy.
+    assert noisy["ref_rel_error"] > 100 * tolerance and min(noisy["rel_norm"]) > 100 * tolerance, noisy
+    assert noisy["widened"] and noisy["identity"] == "OK", noisy
+    assert sound["ref_rel_error"] < tolerance / 10 and not sound["widened"] and sound["identity"] == "OK", sound
