@@ -190,7 +190,7 @@ class Evaluator:
         return WorkerSpec(
             role=role, backend=backend, root=self.run_dir, isolate_network=role in ("eval", "build"),
             # Compilers write large files: nvcc/g++ objects in a build, and inductor's precompiled
-            # C++ header (~70 MB on an AVX-512 CPU) in a baseline's torch.compile.
+            # C++ header (~150 MB on an AVX-512 CPU) in a baseline's torch.compile.
             max_file_mb=max(config.max_output_mb, COMPILER_FILE_MB) if role in ("build", "baseline") else config.max_output_mb,
             address_space_gb=config.cpu_memory_limit_gb if backend == "cpu" else None,
             cpu_threads=config.cpu_threads, env=env,
