@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+
 def conditioning_config(timeout_s: float = 120.0):
     """The judge's settings for this scan: permissive (the identity calls PyTorch), no baselines, one
     timed call (`EvalConfig.for_check`); `timeout_s` bounds each evaluation."""
@@ -55,11 +56,11 @@ def row(result) -> dict:
             "identity": identity, "seconds": seconds}
 
 
-def measure(evaluator, task, backend: str, config) -> dict:
-    """The identity evaluated on `task`; its row."""
+def measure(evaluator, task) -> dict:
+    """The identity evaluated on `task` by `evaluator` (made with `conditioning_config`); its row."""
     from benchmarks.kernelbench_sweep import candidate_for
 
-    return row(evaluator.evaluate(task, candidate_for(task, None), backend=backend, config=config))
+    return row(evaluator.evaluate(task, candidate_for(task, None)))
 
 
 def main() -> int:
@@ -80,16 +81,16 @@ def main() -> int:
     import torch
     from tqdm import tqdm
 
-    from cuda_gym.eval import EvalConfig, Evaluator
+    from cuda_gym.eval import Evaluator
     from cuda_gym.tasks import load_suite
 
-    tolerance = EvalConfig(precision="fp32").rel_norm_tolerance
+    config = conditioning_config(args.task_timeout)
+    tolerance = config.rel_norm_tolerance  # the fp32 policy's
     rows: dict[str, dict] = {}
     if args.resume:
         rows = dict(json.loads(Path(args.resume).read_text())["tasks"])
     tasks = load_suite("kernelbench", levels=tuple(int(x) for x in args.levels.split(",")),
                        data_path=args.kernelbench)
-    backend = "cuda" if args.device == "cuda" else "cpu"
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -108,13 +109,12 @@ def main() -> int:
         os.replace(tmp, out)
 
     todo = [t for t in tasks if t.id not in rows]
-    config = conditioning_config(args.task_timeout)
-    with Evaluator(backend, config) as evaluator:
+    with Evaluator(args.device, config) as evaluator:
         for task in tqdm(todo, desc="fp32 vs float64 reference", unit="task", file=sys.stdout):
             if args.max_minutes and time.monotonic() - started > 60 * args.max_minutes:
                 print(f"stopped after {args.max_minutes} min; resume with --resume {out}", flush=True)
                 break
-            rows[task.id] = measure(evaluator, task, backend, config)
+            rows[task.id] = measure(evaluator, task)
             write()
     write()
     over = json.loads(out.read_text())["summary"]["reference_off_truth_beyond_tolerance"]

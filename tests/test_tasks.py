@@ -129,10 +129,8 @@ def test_reference_conditioning_finds_a_reference_that_is_rounding_noise():
     tolerance = EvalConfig(precision="fp32").rel_norm_tolerance
     config = conditioning_config()
     with Evaluator("cpu", config) as evaluator:
-        noisy = measure(evaluator, task_from_source(_DEGENERATE, task_id="t/L2/gn_mean", level=2, name="gn_mean"),
-                        "cpu", config)
-        sound = measure(evaluator, task_from_source(_WELL_CONDITIONED, task_id="t/L1/mm", level=1, name="mm"),
-                        "cpu", config)
+        noisy = measure(evaluator, task_from_source(_DEGENERATE, task_id="t/L2/gn_mean", level=2, name="gn_mean"))
+        sound = measure(evaluator, task_from_source(_WELL_CONDITIONED, task_id="t/L1/mm", level=1, name="mm"))
     # The rounding-noise reference is far from its float64 twin on every draw, the judge widened its
     # tolerance and the identity still passes; the matmul's reference is within the policy.
     assert noisy["ref_rel_error"] > 100 * tolerance and min(noisy["rel_norm"]) > 100 * tolerance, noisy
