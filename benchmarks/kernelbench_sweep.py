@@ -70,9 +70,9 @@ def main() -> int:
     parser.add_argument("--no-compile-baseline", action="store_true")
     parser.add_argument("--baseline-workers", type=int, default=None,
                         help="fresh workers per baseline (default: EvalConfig's, 3 with the 2%% agreement stop)")
-    parser.add_argument("--reference-in-worker", action="store_true",
-                        help="also time the reference in each candidate's worker before it loads (a diagnostic: "
-                             "EvalConfig.reference_time_in_worker; rows get reference_in_worker_ms)")
+    parser.add_argument("--no-host-pairing", action="store_true",
+                        help="compare with the cached baselines only (EvalConfig.host_pairing off: the sweeps "
+                             "before 2026-12-04)")
     parser.add_argument("--no-confirm", action="store_true",
                         help="one eval worker per task even when it claims a milestone (EvalConfig.confirm_faster "
                              "off: the single-worker measurements of the sweeps before session 8)")
@@ -106,15 +106,15 @@ def main() -> int:
     config = EvalConfig(policy=args.policy, baselines=baselines)
     if args.baseline_workers is not None:
         config = config.replace(baseline_workers=args.baseline_workers)
-    if args.reference_in_worker:
-        config = config.replace(reference_time_in_worker=True)
+    if args.no_host_pairing:
+        config = config.replace(host_pairing=())
     if args.no_confirm:
         config = config.replace(confirm_faster=False)
     payload.update({"date": dt.date.today().isoformat(), "backend": args.backend, "policy": args.policy,
                     "candidates": str(folder) if folder else "identity", "baselines": list(baselines),
                     "baseline_workers": config.baseline_workers, "baseline_agreement": config.baseline_agreement,
                     "timer_revision": TIMER_REVISION, "confirm_faster": config.confirm_faster,
-                    "host": platform.node()})
+                    "host_pairing": list(config.host_pairing), "host": platform.node()})
     started = time.monotonic()
     with Evaluator(args.backend, config) as evaluator:
         payload["device"] = evaluator.device_name
@@ -140,10 +140,7 @@ def main() -> int:
                 "compile_ms": result.compile_time.median_ms if result.compile_time else None,
                 "candidate_detail": result.candidate_time.detail if result.candidate_time else None,
                 "eager_method": result.eager_time.method if result.eager_time else None,
-                "reference_in_worker_ms": (result.reference_time_in_worker.median_ms
-                                           if result.reference_time_in_worker else None),
-                "reference_in_worker_method": (result.reference_time_in_worker.method
-                                               if result.reference_time_in_worker else None),
+                "host_pairing": result.host_pairing,  # {} when not asked; {"skipped": why}; else ratio, pairs
                 "eager_detail": result.eager_time.detail if result.eager_time else None,
                 "baseline_worker_medians_ms": base.get("worker_medians_ms"),
                 "baseline_worker_methods": base.get("worker_methods"),

@@ -213,20 +213,58 @@ def test_a_re_measured_baseline_entry_keeps_and_replaces_per_name():
     assert merged["errors"] == {}  # compile measured again: its old error is gone
 
 
-def test_the_reference_can_be_timed_in_the_candidates_worker_as_a_diagnostic(cpu_evaluator):
-    # EvalConfig.reference_time_in_worker: the reference is timed before the candidate loads; the
-    # verdict and the speedups (cached baselines) are what they are without it.
+IDENTITY = "\n\nclass ModelNew(Model):\n    pass\n"
+# Exact call counts: one warm-up and four timed calls, then one paired warm-up, then the pairs.
+PAIRED = dict(host_pairing=("cpu",), policy="permissive", timing_warmup_s=0.0, timing_budget_s=0.0,
+              warmup_reps=1, timing_reps=4, timing_min_reps=4)
+
+
+def test_host_pairing_times_the_candidate_against_the_reference_in_its_own_worker(cpu_evaluator):
+    # EvalConfig.host_pairing: the speedup vs eager is the median per-pair ratio, measured in the
+    # candidate's worker against a fresh reference; the identity comes out near 1.00.
     task = get_task(GELU_TASK)
-    config = cpu_evaluator.config.replace(reference_time_in_worker=True, policy="permissive")
-    result = cpu_evaluator.evaluate(task, task.source + "\n\nclass ModelNew(Model):\n    pass\n", config=config)
+    config = cpu_evaluator.config.replace(**PAIRED)
+    result = cpu_evaluator.evaluate(task, task.source + IDENTITY, config=config)
     assert result.ok, result.message
-    stages = list(result.stage_seconds)
-    assert stages.index("reference_timing") < stages.index("loaded")
-    assert result.reference_time_in_worker.median_ms > 0 and result.reference_time_in_worker.reps >= 3
+    pairing = result.host_pairing
+    assert pairing["pairs"] >= 40 and pairing["candidate_ms"] > 0 and pairing["reference_ms"] > 0
+    assert 0.75 < pairing["ratio"] < 1.33
+    assert result.speedup_vs_eager == pytest.approx(pairing["ratio"])
+    assert result.compared_candidate_ms() == pytest.approx(result.eager_time.median_ms / pairing["ratio"])
+    assert EvalResult.from_dict(result.to_dict()).host_pairing == pairing
+    plain = cpu_evaluator.evaluate(task, task.source + IDENTITY,
+                                   config=cpu_evaluator.config.replace(policy="permissive"))
+    assert plain.ok and plain.host_pairing == {}  # the default pairs CUDA timings only
+    assert plain.speedup_vs_eager == pytest.approx(plain.eager_time.median_ms / plain.candidate_time.median_ms)
+
+
+def test_a_candidate_wrong_only_while_paired_with_the_reference_is_incorrect(cpu_evaluator):
+    task = get_task(GELU_TASK)
+    source = task.source + """
+
+class ModelNew(Model):
+    calls = 0
+
+    def forward(self, *args):
+        n = ModelNew.calls
+        ModelNew.calls += 1
+        out = super().forward(*args)
+        return out * 2 if 6 <= n < 12 else out  # calls 6-11 are the first paired ones
+"""
+    result = cpu_evaluator.evaluate(task, source, config=cpu_evaluator.config.replace(**PAIRED))
+    assert result.error_code is ErrorCode.INCORRECT, result.message
+    assert "paired timing" in result.message
+
+
+def test_a_candidate_that_could_slow_the_paired_reference_loses_the_pairing(cpu_evaluator):
+    # A global module hook would run inside the reference's timed calls: the pairing is skipped and
+    # the unpaired speedup (cached baseline over the candidate's own time) stands.
+    task = get_task(GELU_TASK)
+    source = task.source + "\ntorch.nn.modules.module.register_module_forward_hook(lambda m, i, o: None)\n" + IDENTITY
+    result = cpu_evaluator.evaluate(task, source, config=cpu_evaluator.config.replace(**PAIRED))
+    assert result.ok, result.message
+    assert "global module hooks" in result.host_pairing["skipped"]
     assert result.speedup_vs_eager == pytest.approx(result.eager_time.median_ms / result.candidate_time.median_ms)
-    assert EvalResult.from_dict(result.to_dict()).reference_time_in_worker == result.reference_time_in_worker
-    plain = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text())
-    assert plain.ok and plain.reference_time_in_worker is None and "reference_timing" not in plain.stage_seconds
 
 
 def test_speedup_is_the_cached_eager_baseline_over_the_candidates_time(cpu_evaluator):

@@ -36,11 +36,17 @@ class EvalConfig:
     # its set-up came out slower than one timed later (benchmarks/results/process_spread_*.json).
     timing_warmup_s: float = 0.3
     l2_flush: bool = True
-    # A diagnostic, off by default: the eval worker also times the reference (a fresh instance, the
-    # candidate's timed inputs and audits) after arming the tamper check and before the candidate
-    # loads, into EvalResult.reference_time_in_worker. Speedups never use it. It measures how well a
-    # comparison inside one process would cancel the host-speed noise between processes.
-    reference_time_in_worker: bool = False
+    # Host-bound timings are paired (CUDA). A host-bound model's time moves 6-75% between fresh
+    # processes and 2-60% between rounds seconds apart in one process on the H200, under every
+    # estimator (median, 10th percentile, minimum, fastest round), while two copies of one model timed
+    # call by call in alternation in one process agree within 2% (median per-call ratio;
+    # benchmarks/results/host_noise_cuda_h200_2026-12-04.json). So unless both the eager baseline and
+    # the candidate are device-bound, the eval worker also times the candidate call by call against a
+    # fresh reference instance made before any candidate code ran (timing.time_pairs: secret random
+    # order per pair, a fresh input per pair, both outputs checksummed), and the speedups use the
+    # median per-pair ratio (EvalResult.compared_candidate_ms). Needs the eager baseline. The backends
+    # where it applies: CUDA by default (on the CPU it costs ~2 s per evaluation and is not measured yet).
+    host_pairing: tuple[str, ...] = ("cuda",)
     # A milestone is confirmed: when the candidate comes out more than the reward's 5% faster than a
     # baseline, a second fresh eval worker judges it again (correctness included) and the slower time
     # stands. On level-3 models a process's timing moves 20-50% against another's, held or open
@@ -83,6 +89,8 @@ class EvalConfig:
         unknown = set(self.baselines) - {"eager", "compile"}
         if unknown:
             raise ValueError(f"unknown baselines {sorted(unknown)}; use 'eager' and/or 'compile'")
+        if set(self.host_pairing) - {"cpu", "cuda"}:
+            raise ValueError(f"host_pairing names backends ('cpu', 'cuda'), got {self.host_pairing!r}")
         if self.baseline_workers < 1:
             raise ValueError("baseline_workers must be >= 1")
         if not 0.0 <= self.device_bound_issue_ratio <= 1.0:

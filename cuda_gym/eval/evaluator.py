@@ -269,17 +269,17 @@ class Evaluator:
             second.error_code, second.correct = ErrorCode.INTERNAL_ERROR, False
             second.message = f"evaluator error: {type(exc).__name__}: {exc}"
         confirmed = second.correct and second.candidate_time is not None
-        second_is_slower = confirmed and second.candidate_time.median_ms > first.candidate_time.median_ms
+        second_is_slower = confirmed and second.compared_candidate_ms() > first.compared_candidate_ms()
         kept, other = (second, first) if not confirmed or second_is_slower else (first, second)
         for item in dataclasses.fields(EvalResult):
             setattr(result, item.name, getattr(kept, item.name))
         result.flags = [*kept.flags, *(f"other_worker:{flag}" for flag in other.flags if flag not in kept.flags)]
         result.eval_seconds = round(first.eval_seconds + second.eval_seconds, 4)
         if confirmed:
-            result.candidate_worker_medians_ms = [first.candidate_time.median_ms, second.candidate_time.median_ms]
+            result.candidate_worker_medians_ms = [first.compared_candidate_ms(), second.compared_candidate_ms()]
             self._set_speedups(result, config)
             return
-        result.candidate_worker_medians_ms = [first.candidate_time.median_ms]
+        result.candidate_worker_medians_ms = [first.compared_candidate_ms()]
         claim = ", ".join(f"x{value:.2f} vs {name}" for name, value in
                           (("eager", first.speedup_vs_eager), ("torch.compile", first.speedup_vs_compile)) if value)
         result.message = (f"correct in a first worker ({first.candidate_time.median_ms:.4g} ms, {claim}), then in the "
@@ -290,8 +290,8 @@ class Evaluator:
     @staticmethod
     def _set_speedups(result: EvalResult, config: EvalConfig) -> None:
         """Speedups against the configured baselines' cached times (`EvalResult.baseline_ms`)."""
-        candidate_ms = result.candidate_time.median_ms
-        if candidate_ms <= 0:
+        candidate_ms = result.compared_candidate_ms()
+        if not candidate_ms or candidate_ms <= 0:
             return  # no meaningful ratio from a zero time
         baseline = result.baseline_ms()
         if "eager" in config.baselines and baseline["eager"]:
@@ -418,7 +418,7 @@ class Evaluator:
                     "timing_warmup_s": config.timing_warmup_s,
                     "l2_flush": config.l2_flush, "precision": config.precision, "policy": config.policy,
                     "baselines": list(config.baselines), "device_memory_gb": config.device_memory_gb,
-                    "reference_time_in_worker": config.reference_time_in_worker}, **extra}
+                    "device_bound_issue_ratio": config.device_bound_issue_ratio}, **extra}
 
     def _baseline_entry(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
         device = self.device_name if backend == "cuda" else f"cpu x{config.cpu_threads or os.cpu_count()}"
@@ -529,8 +529,11 @@ class Evaluator:
             judge.started = time.monotonic()
             worker = self._pool.acquire(self._spec("eval", backend, config, self._base_env(backend)))
             try:
+                eager = result.eager_time
+                pair = backend in config.host_pairing and eager is not None
                 run_job(worker, self._job(task, backend, config, candidate_source=candidate.source, env=env,
-                                          channel_key=key.hex()),
+                                          channel_key=key.hex(), pair_with_reference=pair,
+                                          reference_device_bound=pair and config.device_bound(eager.method, eager.detail)),
                         config.eval_timeout_s, judge.on_message)
             except WorkerTimeout:
                 judge.verdict(ErrorCode.TIMEOUT, f"the evaluation ran past {config.eval_timeout_s:g} s and was "
@@ -548,6 +551,17 @@ class Evaluator:
             result.eval_seconds = round(time.monotonic() - judge.started, 4)
         result.runtime_log = (result.runtime_log + log)[-config.max_log_chars:]
         judge.finish()
+
+
+def _checksum_mismatch(got: list[float], want: list[float], tolerance: float) -> str:
+    """'' when a call's checksums (pairs of sum and L1 norm per output) match the expected ones within
+    `tolerance` of the expected L1 norm; else what differed."""
+    for position in range(0, len(want), 2):
+        scale = want[position + 1] + 1e-12
+        if not (abs(got[position] - want[position]) <= tolerance * scale
+                and abs(got[position + 1] - want[position + 1]) <= tolerance * scale):
+            return f"checksum {got[position]:.6g}, expected {want[position]:.6g}"
+    return ""
 
 
 class _Judgement:
@@ -569,6 +583,7 @@ class _Judgement:
         self.measured_reference_error: dict[str, Any] | None = None  # the worker's report, when complete
         self.decided = False
         self.timing: dict[str, Any] | None = None
+        self.pairing: dict[str, Any] | None = None  # EvalConfig.host_pairing's report, checked in finish()
         self.checks: dict[str, Any] | None = None
         self.kernels: dict[str, Any] | None = None  # the profiled forward after the timing (cuda)
         self.started = time.monotonic()
@@ -598,8 +613,8 @@ class _Judgement:
             return self.verdict(code, str(meta.get("message", "")))
         if message.kind == "reference":
             return self._on_reference(message)
-        if message.kind == "reference_timing":  # the diagnostic of EvalConfig.reference_time_in_worker
-            self.result.reference_time_in_worker = TimingStats(**meta["stats"])
+        if message.kind == "pairing":
+            self.pairing = meta
             return True
         if message.kind == "loaded":
             self.stage = "timing"
@@ -808,14 +823,11 @@ class _Judgement:
                 self.verdict(ErrorCode.INCORRECT, f"timed call {rep} returned a different number of outputs")
                 return
             got, want = row[1:], expected[which]
-            for position in range(0, len(want), 2):
-                scale = want[position + 1] + 1e-12
-                if not (abs(got[position] - want[position]) <= tolerance * scale
-                        and abs(got[position + 1] - want[position + 1]) <= tolerance * scale):
-                    self.verdict(ErrorCode.INCORRECT, f"timed call {rep} returned a wrong result (checksum "
-                                 f"{got[position]:.6g}, expected {want[position]:.6g}): outputs cached, "
-                                 "skipped or finished after the call returned")
-                    return
+            wrong = _checksum_mismatch(got, want, tolerance)
+            if wrong:
+                self.verdict(ErrorCode.INCORRECT, f"timed call {rep} returned a wrong result ({wrong}): outputs "
+                             "cached, skipped or finished after the call returned")
+                return
         if UNTRACKED_WORK_FLAG in timing.get("flags", []):
             self.verdict(ErrorCode.INCORRECT, "timed calls left work running on another stream after they returned "
                          "(the device was still busy after the current stream finished): a caller would read an "
@@ -834,6 +846,37 @@ class _Judgement:
         self.result.candidate_time = TimingStats(**timing["stats"])
         self.result.flags += list(timing.get("flags", []))
 
+    def _on_pairing(self) -> None:
+        """EvalConfig.host_pairing's report: each pair's candidate output must match the reference's
+        own output on the same input (the timed calls' checksum tolerance), or the verdict is
+        INCORRECT; a change to the process is FORBIDDEN. Then `EvalResult.host_pairing` is set."""
+        pairing = self.pairing
+        if pairing is None:
+            return
+        if pairing.get("tampered"):
+            self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process during its paired "
+                         "timing: " + ", ".join(pairing["tampered"]))
+            return
+        if "skipped" in pairing:
+            self.result.host_pairing = {"skipped": str(pairing["skipped"])}
+            return
+        tolerance = max(1e-4, 10 * self._widest_rel_norm_tolerance())
+        reference = {int(row[0]): row[1:] for row in pairing.get("reference_checksums", [])}
+        rows = pairing.get("checksums", [])
+        if not rows or len(rows) < int(pairing.get("pairs", 0)):
+            self.verdict(ErrorCode.FORBIDDEN, "the paired timing report has fewer checksums than timed pairs")
+            return
+        for row in rows:
+            want = reference.get(int(row[0]))
+            wrong = "no reference output" if want is None or len(want) != len(row) - 1 else \
+                _checksum_mismatch(row[1:], want, tolerance)
+            if wrong:
+                self.verdict(ErrorCode.INCORRECT, f"a paired timing call returned a result that differs from the "
+                             f"reference's on the same input ({wrong}): the candidate computed differently while "
+                             "it was timed against the reference")
+                return
+        self.result.host_pairing = {key: pairing[key] for key in ("ratio", "pairs", "candidate_ms", "reference_ms")}
+
     def finish(self) -> None:
         if self.decided:
             return
@@ -844,6 +887,9 @@ class _Judgement:
             self.verdict(ErrorCode.RUNTIME_ERROR, "the worker stopped before timing finished")
             return
         self._on_timing()
+        if self.decided:
+            return
+        self._on_pairing()
         if self.decided:
             return
         if self.result.backend == "cuda":

@@ -156,7 +156,7 @@ def device_used_bytes(device: str) -> int:
     return 0  # host tensors are counted in the plan's own terms (the budget is what is left)
 
 
-def scrub_freed(device: str, sizes: Sequence[int] = ()) -> None:
+def scrub_freed(device: str, sizes: Sequence[int] = (), *, keep_cache: bool = False) -> None:
     """Fill memory that the allocator holds free with NaN bytes, so candidate code is never handed
     a freed reference output. On CUDA every free block of torch's caching allocator is taken (a
     request of a block's own size is served by a block of that size), filled with 0xFF (NaN in
@@ -176,7 +176,9 @@ def scrub_freed(device: str, sizes: Sequence[int] = ()) -> None:
         del held
         # Scrubbed, then given back to the driver: the next allocations come from cudaMalloc (whose
         # pages now hold NaN or never held a reference output), and the reserved peak stays low.
-        torch.cuda.empty_cache()
+        # `keep_cache`: left in the cache (scrubbed), so that the next calls allocate as fast as before.
+        if not keep_cache:
+            torch.cuda.empty_cache()
         return
     else:
         for size in sizes:

@@ -7,9 +7,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-RESULT_SCHEMA_VERSION = 6  # 2: eager_time_in_worker removed, TimingStats.detail added; 3: device_memory;
+RESULT_SCHEMA_VERSION = 7  # 2: eager_time_in_worker removed, TimingStats.detail added; 3: device_memory;
 # 4: reference_time_in_worker (a diagnostic); 5: candidate_worker_medians_ms (the confirmation run);
-# 6: reference_error (the fp32 reference against float64, and the tolerances widened from it)
+# 6: reference_error (the fp32 reference against float64, and the tolerances widened from it);
+# 7: host_pairing replaces reference_time_in_worker
 
 
 class ErrorCode(str, enum.Enum):
@@ -83,9 +84,10 @@ class EvalResult:
     candidate_time: TimingStats | None = None
     eager_time: TimingStats | None = None  # cached baseline: the median worker of up to config.baseline_workers
     compile_time: TimingStats | None = None
-    # With EvalConfig.reference_time_in_worker: the reference timed in this candidate's worker before
-    # the candidate loaded (a diagnostic; speedups use the cached baselines only).
-    reference_time_in_worker: TimingStats | None = None
+    # With EvalConfig.host_pairing: the candidate timed call by call against a fresh reference in its
+    # own worker: {"ratio" (median reference / candidate per pair), "pairs", "candidate_ms",
+    # "reference_ms"}, or {"skipped": why}; empty where no pairing was asked for.
+    host_pairing: dict[str, Any] = field(default_factory=dict)
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     # With EvalConfig.confirm_faster: each fresh eval worker's candidate median when the first claimed a
@@ -124,6 +126,17 @@ class EvalResult:
         return {"eager": self.eager_time.median_ms if self.eager_time else None,
                 "compile": self.compile_time.median_ms if self.compile_time else None}
 
+    def compared_candidate_ms(self) -> float | None:
+        """The candidate time the speedups compare with the baselines: with a paired timing
+        (`host_pairing`) and an eager baseline, the eager baseline's time divided by the paired
+        ratio (the candidate's time at the baseline workers' host speed); else its own median."""
+        if self.candidate_time is None:
+            return None
+        ratio, eager = self.host_pairing.get("ratio"), self.baseline_ms()["eager"]
+        if ratio and eager:
+            return eager / ratio
+        return self.candidate_time.median_ms
+
     @property
     def ok(self) -> bool:
         return self.error_code is ErrorCode.OK
@@ -146,7 +159,7 @@ class EvalResult:
             )
         data["error_code"] = ErrorCode(data["error_code"])
         data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
-        for key in ("candidate_time", "eager_time", "compile_time", "reference_time_in_worker"):
+        for key in ("candidate_time", "eager_time", "compile_time"):
             if data.get(key) is not None:
                 data[key] = TimingStats(**data[key])
         return cls(**data)

@@ -350,3 +350,89 @@ def choose_cuda_time(event_ms: list[float], wall_ms: list[float], open_issue_ms:
         flags.append(HELD_DISAGREES_FLAG)
         return event_stats, flags
     return held_stats, flags
+
+
+PAIRS = (40, 200)  # a paired timing takes at least 40 pairs (audited ones not counted), at most 200,
+PAIR_BUDGET_S = 2.0  # and stops after this long once it has the minimum
+
+
+def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[..., Any], live_inputs: Sequence[Any],
+               load_input: Callable[[int], None], checksum: Callable[[Any], list[float]], *,
+               after_reference: Callable[[], None], audit: Callable[[], Any] | None = None,
+               warmup_reps: int = 3, warmup_s: float = 0.3) -> dict[str, Any]:
+    """The candidate and the reference timed call by call in this one process, so that the host's
+    speed, which drifts within seconds and differs between processes, falls on both alike.
+
+    Pair k loads input k (`load_input(k)`, a fresh input for every pair) before each of its two
+    calls, which run in a secret random order. A call's time is the host clock from just before it
+    to its return, on CUDA to a device-wide synchronize after it (work on every stream), after an
+    L2 flush. Both outputs
+    are checksummed (`checksum`) right after their call; `after_reference()` runs after the
+    reference's checksum (the caller scrubs its freed output there, so the candidate is never handed
+    it). With `audit`, a secret quarter of the pairs run the candidate under it, untimed (the timed
+    repeats' rule). Returns {"ratio": median of reference / candidate over the timed pairs,
+    "pairs", "candidate_ms", "reference_ms" (medians), "checksums": [[k, candidate's..., ], ...],
+    "reference_checksums": [[k, reference's...], ...]}."""
+    chooser = random.SystemRandom()
+    cuda = device == "cuda"
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda") if cuda else None
+    sync = _cuda_synchronize if cuda else (lambda: None)
+    ratios: list[float] = []
+    times: dict[str, list[float]] = {"candidate": [], "reference": []}
+    sums: dict[str, list[list[float]]] = {"candidate": [], "reference": []}
+    collecting = gc.isenabled()
+    gc.collect()
+
+    def call(name: str, fn: Callable[..., Any], index: int, timed: bool, audited: bool) -> float:
+        load_input(index)
+        if flush is not None:
+            flush.zero_()
+        sync()
+        if audited:
+            with audit():
+                output = fn(*live_inputs)
+            sync()
+            elapsed = 0.0
+        else:
+            gc.disable()
+            t0 = _perf_counter_ns()
+            output = fn(*live_inputs)
+            sync()
+            elapsed = (_perf_counter_ns() - t0) / 1e6
+            if collecting:
+                gc.enable()
+        if timed:
+            sums[name].append([float(index), *checksum(output)])
+        del output
+        if name == "reference":
+            after_reference()
+        return elapsed
+
+    try:
+        with _no_grad():
+            index = 0
+            warm_started = _perf_counter_ns()
+            while index < warmup_reps or (index < MAX_EXTRA_WARMUPS and _perf_counter_ns() - warm_started < warmup_s * 1e9):
+                call("reference", reference, index, False, False)
+                call("candidate", candidate, index, False, False)
+                index += 1
+            started = _perf_counter_ns()
+            while len(ratios) < PAIRS[1]:
+                audited = audit is not None and chooser.random() < 0.25
+                order = ["candidate", "reference"]
+                chooser.shuffle(order)
+                took = {name: call(name, candidate if name == "candidate" else reference, index, True,
+                                   audited and name == "candidate") for name in order}
+                index += 1
+                if not audited and took["candidate"] > 0:
+                    ratios.append(took["reference"] / took["candidate"])
+                    for name in order:
+                        times[name].append(took[name])
+                if len(ratios) >= PAIRS[0] and _perf_counter_ns() - started > PAIR_BUDGET_S * 1e9:
+                    break
+    finally:
+        if collecting:
+            gc.enable()
+    return {"ratio": statistics.median(ratios), "pairs": len(ratios),
+            "candidate_ms": statistics.median(times["candidate"]), "reference_ms": statistics.median(times["reference"]),
+            "checksums": sums["candidate"], "reference_checksums": sums["reference"]}

@@ -43,7 +43,7 @@ from . import fastbuild, guard, memory, protocol, sandbox
 from .config import EvalConfig
 from .correctness import (Draw, ToleranceFloor, draw_label, flatten_outputs, make_draw, output_stats, reshuffle,
                           tolerance_floor)
-from .timing import Timer, prepare_hold
+from .timing import Timer, prepare_hold, time_pairs
 
 _perf_counter = time.perf_counter
 
@@ -787,10 +787,8 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         importlib.import_module("torch._inductor.compile_fx")
         torch._dynamo.mutation_guard.install_generation_tagging_init()
     guard.count_native_calls()
+    paired = _PairedReference(setup, job, device) if job.get("pair_with_reference") else None
     tamper = guard.TamperCheck(device, policy)  # last thing before candidate code: arms the tripwire
-    if config.get("reference_time_in_worker"):
-        if not _time_reference_here(channel, job, setup, device, config, variants, probe):
-            return
     started = _perf_counter()
     try:
         module = _load_candidate(job["candidate_source"])
@@ -834,6 +832,14 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
     timing_meta = {"stats": _stats_meta(stats), "flags": timing_flags, "checksums": sums,
                    "audit": audit.meta(), "tampered": tamper.changes()}
     channel.send("timing", timing_meta)
+    if paired is not None:
+        try:
+            channel.send("pairing", {**paired.time(model, stats, variants, probe, audit, config), "tampered": tamper.changes()})
+        except BaseException as exc:  # noqa: BLE001
+            code, message = _failure(exc, tamper, device, plan, "a paired timing call")
+            _error(channel, code, message, traceback=traceback.format_exc(limit=8))
+            return
+        del paired
 
     forbidden: dict[str, int] = {}
     native_calls = 0
@@ -898,21 +904,71 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         _send_kernels(channel, model, setup, policy, tamper)
 
 
-def _time_reference_here(channel: _Channel, job: dict, setup: _TaskSetup, device: str, config: dict,
-                         variants: list, probe: _Probe) -> bool:
-    """EvalConfig.reference_time_in_worker: a fresh instance of the reference, given its weights,
-    timed on the candidate's timed inputs with the candidate's audits, before any candidate code
-    exists in this process (so the candidate cannot touch it); its outputs scrubbed afterwards."""
-    try:
-        reference = _fresh_reference(setup, job, device)
-        stats, _, _ = _time_model(reference, setup, device, config, variants, probe, _Audit("permissive"))
-        del reference
-    except BaseException as exc:  # noqa: BLE001
-        _reference_failed(channel, exc, device, setup.plan)
-        return False
-    memory.scrub_freed(device, setup.output_nbytes)
-    channel.send("reference_timing", {"stats": _stats_meta(stats)})
-    return True
+class _PairedReference:
+    """EvalConfig.host_pairing: a fresh instance of the reference, made and given the weights before
+    any candidate code exists in this process, against which a host-bound candidate is timed call
+    by call (timing.time_pairs). What the process looked like when it was made (its thread count,
+    the reference's modules and hooks, torch's global module hooks) is kept: if the candidate
+    changed any of it, the pairing is not used (it could slow the reference)."""
+
+    def __init__(self, setup: _TaskSetup, job: dict, device: str):
+        self.setup, self.device, self.error = setup, device, ""
+        self.reference_device_bound = bool(job.get("reference_device_bound"))
+        try:
+            self.model = _fresh_reference(setup, job, device)
+        except BaseException as exc:  # noqa: BLE001 - no pairing; the unpaired speedups stand
+            self.model, self.error = None, f"the paired reference could not be made: {type(exc).__name__}: {exc}"
+        self.fingerprint = self._fingerprint()
+
+    def _fingerprint(self) -> list:
+        hooks = [len(value) for name, value in sorted(vars(torch.nn.modules.module).items())
+                 if name.startswith("_global_") and isinstance(value, dict)]
+        modules = [] if self.model is None else [
+            (name, type(module), tuple(sorted(vars(module))),
+             tuple(len(getattr(module, attr, None) or {}) for attr in _MODULE_HOOKS))
+            for name, module in self.model.named_modules()]
+        return [len(os.listdir("/proc/self/task")), hooks, modules]
+
+    def time(self, model: Any, stats: Any, variants: list, probe: _Probe, audit: _Audit, config: dict) -> dict:
+        if self.model is None:
+            return {"skipped": self.error}
+        if self.reference_device_bound and EvalConfig(device_bound_issue_ratio=config["device_bound_issue_ratio"]
+                                                      ).device_bound(stats.method, stats.detail):
+            return {"skipped": "the candidate's and the reference's timings are device-bound: the host's speed "
+                               "cannot move them"}
+        now = self._fingerprint()
+        if now != self.fingerprint:
+            what = ["threads", "torch's global module hooks", "the reference's modules or hooks"]
+            changed = [w for w, a, b in zip(what, now, self.fingerprint) if a != b]
+            return {"skipped": f"the candidate changed {', '.join(changed)} after the paired reference was made"}
+        setup = self.setup
+        live = [_clone(v) for v in setup.timing_sets[0]]
+        rotate = all(any(shifts) or not any(isinstance(v, torch.Tensor) and v.numel() > 1
+                                            for v in setup.timing_sets[which]) for which, shifts in variants)
+        chooser = random.SystemRandom()
+        inputs: dict[int, tuple[int, list[int]]] = {}
+
+        def load_input(index: int) -> None:
+            if index not in inputs:  # a fresh rotation per pair (the set as is where rotations break the task)
+                which = index % len(setup.timing_sets)
+                inputs[index] = (which, [chooser.randrange(1, v.numel()) if rotate and isinstance(v, torch.Tensor)
+                                         and v.numel() > 1 else 0 for v in setup.timing_sets[which]])
+            which, shifts = inputs[index]
+            for dst, src in zip(live, _variant(setup.timing_sets[which], shifts)):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
+
+        result = time_pairs(self.device, model, self.model, live, load_input, lambda out: _checksum(out, probe),
+                            after_reference=lambda: memory.scrub_freed(self.device, keep_cache=True),
+                            audit=audit if config["policy"] == "strict" else None,
+                            warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))
+        self.model = None
+        memory.scrub_freed(self.device, setup.output_nbytes)
+        return result
+
+
+_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                 "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", "_state_dict_hooks")
 
 
 def _send_kernels(channel: _Channel, model: Any, setup: _TaskSetup, policy: str, tamper: Any) -> None:
