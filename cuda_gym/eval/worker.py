@@ -918,7 +918,10 @@ class _PairedReference:
             self.model = _fresh_reference(setup, job, device)
         except BaseException as exc:  # noqa: BLE001 - no pairing; the unpaired speedups stand
             self.model, self.error = None, f"the paired reference could not be made: {type(exc).__name__}: {exc}"
-        self.fingerprint = self._fingerprint()
+        try:
+            self.fingerprint = self._fingerprint()
+        except Exception as exc:  # noqa: BLE001 - no pairing; the unpaired speedups stand
+            self.model, self.error = None, f"the process could not be fingerprinted: {type(exc).__name__}: {exc}"
 
     def _fingerprint(self) -> list:
         hooks = [len(value) for name, value in sorted(vars(torch.nn.modules.module).items())
@@ -936,7 +939,10 @@ class _PairedReference:
                                                       ).device_bound(stats.method, stats.detail):
             return {"skipped": "the candidate's and the reference's timings are device-bound: the host's speed "
                                "cannot move them"}
-        now = self._fingerprint()
+        try:
+            now = self._fingerprint()
+        except Exception as exc:  # noqa: BLE001
+            return {"skipped": f"the process could not be fingerprinted again: {type(exc).__name__}: {exc}"}
         if now != self.fingerprint:
             what = ["threads", "torch's global module hooks", "the reference's modules or hooks"]
             changed = [w for w, a, b in zip(what, now, self.fingerprint) if a != b]
