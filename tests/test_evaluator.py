@@ -238,6 +238,20 @@ def test_host_pairing_times_the_candidate_against_the_reference_in_its_own_worke
     assert plain.speedup_vs_eager == pytest.approx(plain.eager_time.median_ms / plain.candidate_time.median_ms)
 
 
+def test_the_compile_speedup_of_a_paired_timing_is_bridged_through_eager(cpu_evaluator):
+    # The baseline workers pair torch.compile with eager call by call; the speedup vs compile is the
+    # (paired) speedup vs eager over that ratio, not a comparison of times from two processes.
+    task = get_task(GELU_TASK)
+    config = cpu_evaluator.config.replace(**PAIRED, baselines=("eager", "compile"))
+    result = cpu_evaluator.evaluate(task, task.source + IDENTITY, config=config)
+    assert result.ok, result.message
+    eager_over_compile = result.compile_pairing["eager_over_compile"]
+    assert eager_over_compile > 0 and result.host_pairing["ratio"] > 0
+    assert result.speedup_vs_compile == pytest.approx(result.speedup_vs_eager / eager_over_compile)
+    entry = cpu_evaluator.baselines(task, config=config)
+    assert entry["compile_pairing"] == result.compile_pairing and entry["compile_pairings"][0]["pairs"] >= 40
+
+
 def test_a_candidate_wrong_only_while_paired_with_the_reference_is_incorrect(cpu_evaluator):
     task = get_task(GELU_TASK)
     source = task.source + """

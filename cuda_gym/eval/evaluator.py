@@ -127,14 +127,17 @@ class Evaluator:
         `EvalResult.kernel_profile`'s format), or a string saying why there is none},
         'worker_medians_ms' / 'worker_methods': {name: each fresh worker's median / timing method, in
         the order run}, 'worker_wall_s': [per worker: seconds waiting for spares ('settle'), the whole
-        job ('job', process start included) and the worker's own phases], cached with the times}."""
+        job ('job', process start included) and the worker's own phases], 'compile_pairing': eager's
+        paired ratio to torch.compile, the median over the workers (the lower of two), or why none (`EvalResult.compile_pairing`;
+        'compile_pairings': every worker's), cached with the times}."""
         backend = self._check_backend(backend)
         entry = self._baseline_entry(task, backend, config or self.config)
         return {name: (TimingStats(**entry[name]) if entry.get(name) else None) for name in ("eager", "compile")} | {
             "errors": entry.get("errors", {}), "peak_gib": entry.get("peak_gib"), "profiles": entry.get("profiles", {}),
             "worker_medians_ms": {name: entry.get(f"{name}_worker_medians_ms") for name in ("eager", "compile")},
             "worker_methods": {name: entry.get(f"{name}_worker_methods") for name in ("eager", "compile")},
-            "worker_wall_s": entry.get("worker_wall_s", [])}
+            "worker_wall_s": entry.get("worker_wall_s", []), "compile_pairing": entry.get("compile_pairing", {}),
+            "compile_pairings": entry.get("compile_pairings", [])}
 
     def wait_until_warm(self) -> None:
         """Block until the spare workers have started (interpreter, CUDA context, warm-up kernels).
@@ -244,6 +247,7 @@ class Evaluator:
             for name in ("eager", "compile"):
                 if entry.get(name):
                     setattr(result, f"{name}_time", TimingStats(**entry[name]))
+            result.compile_pairing = dict(entry.get("compile_pairing") or {})
             for name, error in entry.get("errors", {}).items():
                 result.flags.append(f"baseline_{name}_failed")
                 result.runtime_log += f"[{name} baseline] {error}\n"
@@ -289,7 +293,11 @@ class Evaluator:
 
     @staticmethod
     def _set_speedups(result: EvalResult, config: EvalConfig) -> None:
-        """Speedups against the configured baselines' cached times (`EvalResult.baseline_ms`)."""
+        """Speedups against the configured baselines' cached times (`EvalResult.baseline_ms`) over
+        `EvalResult.compared_candidate_ms`. Where the baseline workers paired torch.compile with
+        eager (`EvalResult.compile_pairing`), the speedup vs compile is bridged through eager: the
+        speedup vs eager over eager's paired ratio to compile, two ratios each measured within one
+        process, instead of a comparison of times from different processes."""
         candidate_ms = result.compared_candidate_ms()
         if not candidate_ms or candidate_ms <= 0:
             return  # no meaningful ratio from a zero time
@@ -297,7 +305,11 @@ class Evaluator:
         if "eager" in config.baselines and baseline["eager"]:
             result.speedup_vs_eager = baseline["eager"] / candidate_ms
         if "compile" in config.baselines and baseline["compile"]:
-            result.speedup_vs_compile = baseline["compile"] / candidate_ms
+            eager_over_compile = result.compile_pairing.get("eager_over_compile")
+            if eager_over_compile and result.speedup_vs_eager:
+                result.speedup_vs_compile = result.speedup_vs_eager / eager_over_compile
+            else:
+                result.speedup_vs_compile = baseline["compile"] / candidate_ms
 
     def _prepare_hold_library(self) -> tuple[bool, str | None]:
         """The timer's hold kernel, built here (trusted) into `<cache>/timer`, which workers can read
@@ -424,6 +436,7 @@ class Evaluator:
         device = self.device_name if backend == "cuda" else f"cpu x{config.cpu_threads or os.cpu_count()}"
         timer = "held" if backend == "cuda" and self.held_timing else "open"
         key = baseline_key(task.id, task.source_hash, task.sizes_for(backend), device, self.torch_version, config, timer)
+        pair_baselines = backend in config.host_pairing and {"eager", "compile"} <= set(config.baselines)
 
         def measure_once() -> tuple[dict[str, Any], str]:
             """One baseline job in a fresh worker: (its 'baseline' message with the worker's
@@ -438,7 +451,8 @@ class Evaluator:
                 worker = self._pool.acquire(self._spec("baseline", backend, config, self._base_env(backend)),
                                             keep_spare=False)
                 try:
-                    run_job(worker, self._job(task, backend, config, env=self._base_env(backend)),
+                    run_job(worker, self._job(task, backend, config, env=self._base_env(backend),
+                                              pair_baselines=pair_baselines),
                             config.baseline_timeout_s, lambda m: outcome.setdefault(m.kind, m.meta) is not None)
                 except WorkerTimeout:
                     failure = f"timed out after {config.baseline_timeout_s:g} s"
@@ -496,6 +510,8 @@ class Evaluator:
                         elif not table:
                             table = "no CUDA kernel ran in the profiled forward"
                         profiles[name].append(table)
+                if "compile_pairing" in measured:
+                    entry.setdefault("compile_pairings", []).append(measured["compile_pairing"])
                 entry.setdefault("worker_wall_s", []).append(measured["wall_s"])
                 if "compile_warmup_s" in measured:
                     entry.setdefault("compile_warmup_s", []).append(measured["compile_warmup_s"])
@@ -514,10 +530,15 @@ class Evaluator:
                 entry[f"{name}_worker_methods"] = [stats.get("method") for stats in samples[name]]
                 if not samples[name]:
                     entry["errors"][name] = errors[-1] if errors else "the baseline worker reported no time"
+            if pair_baselines:  # the median worker's ratio (the lower of two); else why none was measured
+                ratios = sorted(p["eager_over_compile"] for p in entry.get("compile_pairings", [])
+                                if "eager_over_compile" in p)
+                entry["compile_pairing"] = ({"eager_over_compile": ratios[(len(ratios) - 1) // 2]} if ratios else
+                                            next(iter(entry.get("compile_pairings", [])), {"skipped": "not measured"}))
             return entry
 
         needed = (*config.baselines, "profiles") if backend == "cuda" and config.baselines else tuple(config.baselines)
-        return self._baselines.get(key, compute, needed)
+        return self._baselines.get(key, compute, (*needed, "compile_pairing") if pair_baselines else needed)
 
     # -------------------------------------------------------------------------------------- judge
     def _judge(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],

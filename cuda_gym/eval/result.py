@@ -88,6 +88,10 @@ class EvalResult:
     # own worker: {"ratio" (median reference / candidate per pair), "pairs", "candidate_ms",
     # "reference_ms"}, or {"skipped": why}; empty where no pairing was asked for.
     host_pairing: dict[str, Any] = field(default_factory=dict)
+    # The baselines' own pairing (from their cache entry): {"eager_over_compile": the median per-pair
+    # ratio of eager's time over torch.compile's, timed call by call in the baseline workers}, or
+    # {"skipped": why}. Where measured, the speedup vs compile is the speedup vs eager over this.
+    compile_pairing: dict[str, Any] = field(default_factory=dict)
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     # With EvalConfig.confirm_faster: each fresh eval worker's candidate median when the first claimed a

@@ -682,6 +682,9 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
         stats, _, _ = _time_model(compiled, setup, device, config, variants, probe)
         result["compile"] = _stats_meta(stats)
         clock.mark("compile_timing")
+        if job.get("pair_baselines") and "eager" in result:
+            result["compile_pairing"] = _pair_baselines(compiled, model, setup, device, config, result)
+            clock.mark("compile_pairing")
     if device == "cuda":
         result["memory"]["peak_gib"] = round(torch.cuda.max_memory_reserved() / memory.GIB, 3)
     channel.send("baseline", result)  # the times first: a profiler that fails or hangs loses nothing
@@ -699,6 +702,31 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
                 errors[name] = f"the profiled forward raised {type(exc).__name__}: {exc}"[:500]
         clock.mark("profile")
         channel.send("baseline_profiles", {"profiles": profiles, "errors": errors, "phase_s": clock.phases})
+
+
+def _pair_baselines(compiled: Any, model: Any, setup: _TaskSetup, device: str, config: dict,
+                    result: dict) -> dict[str, Any]:
+    """EvalConfig.host_pairing for the baselines: torch.compile's model and the eager one timed call
+    by call in this worker (timing.time_pairs; no candidate code here, so no checks), unless both
+    timings are device-bound. {"eager_over_compile": the median per-pair ratio, "pairs"}, or
+    {"skipped": why}: a candidate's paired ratio against eager, divided by this, is its speedup
+    over torch.compile under the same host speed."""
+    judge = EvalConfig(device_bound_issue_ratio=config["device_bound_issue_ratio"])
+    if all(judge.device_bound(result[name]["method"], result[name].get("detail")) for name in ("eager", "compile")):
+        return {"skipped": "both baselines are device-bound"}
+    live = [_clone(v) for v in setup.timing_sets[0]]
+
+    def load_input(index: int) -> None:
+        for dst, src in zip(live, setup.timing_sets[index % len(setup.timing_sets)]):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+
+    try:
+        paired = time_pairs(device, compiled, model, live, load_input, lambda out: [], after_reference=lambda: None,
+                            warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))
+    except Exception as exc:  # noqa: BLE001 - the unpaired compile speedup stands
+        return {"skipped": f"the paired timing raised {type(exc).__name__}: {exc}"[:300]}
+    return {"eager_over_compile": paired["ratio"], "pairs": paired["pairs"]}
 
 
 def _profile_forward(model: Any, setup: _TaskSetup) -> list[dict[str, Any]]:
