@@ -281,6 +281,21 @@ def test_a_candidate_that_could_slow_the_paired_reference_loses_the_pairing(cpu_
     assert result.speedup_vs_eager == pytest.approx(result.eager_time.median_ms / result.candidate_time.median_ms)
 
 
+@pytest.mark.parametrize("change, named", [
+    ("import subprocess\n_child = subprocess.Popen(['sleep', '60'])\n", "child processes"),
+    ("for _cls in torch.nn.Module.__subclasses__():\n"
+     "    if _cls.__name__ == 'Model' and _cls is not Model:\n"
+     "        _cls.slow_down = True  # the reference's class, reached without gc\n", "the reference's classes"),
+])
+def test_a_candidate_that_starts_a_process_or_patches_the_reference_class_loses_the_pairing(cpu_evaluator, change,
+                                                                                            named):
+    task = get_task(GELU_TASK)
+    result = cpu_evaluator.evaluate(task, task.source + "\n" + change + IDENTITY,
+                                    config=cpu_evaluator.config.replace(**PAIRED))
+    assert result.ok, result.message
+    assert named in result.host_pairing["skipped"]
+
+
 def test_speedup_is_the_cached_eager_baseline_over_the_candidates_time(cpu_evaluator):
     task = get_task(GELU_TASK)
     result = cpu_evaluator.evaluate(task, solution_path(task, "cpu").read_text())

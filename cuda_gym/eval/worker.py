@@ -935,9 +935,10 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
 class _PairedReference:
     """EvalConfig.host_pairing: a fresh instance of the reference, made and given the weights before
     any candidate code exists in this process, against which a host-bound candidate is timed call
-    by call (timing.time_pairs). What the process looked like when it was made (its thread count,
-    the reference's modules and hooks, torch's global module hooks) is kept: if the candidate
-    changed any of it, the pairing is not used (it could slow the reference)."""
+    by call (timing.time_pairs). What the process looked like when it was made (its threads and
+    live child processes, torch's global module hooks, the reference's modules, their hooks and
+    their classes) is kept: if the candidate changed any of it, the pairing is not used (a thread,
+    a process, a hook or a patched method could run inside the reference's calls only)."""
 
     def __init__(self, setup: _TaskSetup, job: dict, device: str):
         self.setup, self.device, self.error = setup, device, ""
@@ -958,7 +959,13 @@ class _PairedReference:
             (name, type(module), tuple(sorted(vars(module))),
              tuple(len(getattr(module, attr, None) or {}) for attr in _MODULE_HOOKS))
             for name, module in self.model.named_modules()]
-        return [len(os.listdir("/proc/self/task")), hooks, modules]
+        # The classes the reference's modules run (the task's Model is reachable through
+        # nn.Module.__subclasses__(), so a candidate could patch its forward): every attribute, by identity.
+        classes = set() if self.model is None else {c for m in self.model.modules() for c in type(m).__mro__
+                                                    if c is not object}
+        class_state = sorted((c.__module__, c.__qualname__, id(c), tuple(sorted((k, id(v)) for k, v in vars(c).items())))
+                             for c in classes)
+        return [len(os.listdir("/proc/self/task")), _live_children(), hooks, modules, class_state]
 
     def time(self, model: Any, stats: Any, variants: list, probe: _Probe, audit: _Audit, config: dict) -> dict:
         if self.model is None:
@@ -972,7 +979,8 @@ class _PairedReference:
         except Exception as exc:  # noqa: BLE001
             return {"skipped": f"the process could not be fingerprinted again: {type(exc).__name__}: {exc}"}
         if now != self.fingerprint:
-            what = ["threads", "torch's global module hooks", "the reference's modules or hooks"]
+            what = ["threads", "child processes", "torch's global module hooks", "the reference's modules or hooks",
+                    "the reference's classes"]
             changed = [w for w, a, b in zip(what, now, self.fingerprint) if a != b]
             return {"skipped": f"the candidate changed {', '.join(changed)} after the paired reference was made"}
         setup = self.setup
@@ -999,6 +1007,22 @@ class _PairedReference:
         self.model = None
         memory.scrub_freed(self.device, setup.output_nbytes)
         return result
+
+
+def _live_children() -> int:
+    """How many live (not zombie) processes have this one as their parent. The worker is a child
+    subreaper (sandbox.contain_children), so orphaned descendants come back here too."""
+    me, count = str(os.getpid()), 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        count += fields[1].decode() == me and fields[0] != b"Z"
+    return count
 
 
 _MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
