@@ -184,15 +184,6 @@ def test_a_device_bound_baseline_is_timed_in_one_worker(tmp_path, monkeypatch):
     assert times["eager"].median_ms == entry["eager_worker_medians_ms"][0]
 
 
-def test_where_timings_are_paired_one_baseline_worker_is_final(tmp_path):
-    # The speedups then come from ratios measured within one process (EvalConfig.host_pairing).
-    config = TEST_CONFIG.replace(baseline_workers=3, baseline_agreement=0.0, host_pairing=("cpu",))
-    with Evaluator("cpu", config, cache_dir=tmp_path) as evaluator:
-        times = evaluator.baselines(get_task(GELU_TASK))
-    (entry,) = json.loads((tmp_path / "baselines.json").read_text()).values()
-    assert len(entry["eager_worker_medians_ms"]) == 1 and len(times["worker_wall_s"]) == 1
-
-
 def test_the_third_baseline_worker_runs_only_when_the_first_two_disagree(tmp_path, monkeypatch):
     def stats(ms):
         return {"median_ms": ms}

@@ -64,9 +64,7 @@ class EvalConfig:
     precision: str = "fp32"
     policy: str = "strict"
     baselines: tuple[str, ...] = ("eager", "compile")
-    # Each baseline is timed in up to this many fresh workers; the median worker is kept. One is final
-    # where timings are paired (host_pairing) or device-bound (device_bound_issue_ratio).
-    baseline_workers: int = 3
+    baseline_workers: int = 3  # each baseline is timed in up to this many fresh workers; the median worker is kept
     # The third worker is skipped when the first two agree within this fraction on every baseline: the
     # median of three always lies between the first two, so it could move the kept time by at most that.
     baseline_agreement: float = 0.02

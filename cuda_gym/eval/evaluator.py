@@ -492,11 +492,8 @@ class Evaluator:
             samples: dict[str, list[dict[str, Any]]] = {name: [] for name in config.baselines}
             profiles: dict[str, list[Any]] = {name: [] for name in config.baselines}  # beside samples
             errors = []
-            # Where timings are paired (EvalConfig.host_pairing), the speedups come from ratios measured
-            # within one process, not from these medians: the first worker is final.
-            paired = backend in config.host_pairing and "eager" in config.baselines
             for started in range(config.baseline_workers):
-                if started == 1 and (paired or _device_bound(samples, config)):
+                if started == 1 and _device_bound(samples, config):
                     break
                 if started == 2 and config.baseline_workers == 3 and _workers_agree(samples, config):
                     break
