@@ -281,11 +281,15 @@ def test_a_candidate_that_could_slow_the_paired_reference_loses_the_pairing(cpu_
     assert result.speedup_vs_eager == pytest.approx(result.eager_time.median_ms / result.candidate_time.median_ms)
 
 
+REFERENCE_CLASS = ("for _cls in torch.nn.Module.__subclasses__():\n"
+                   "    if _cls.__name__ == 'Model' and _cls is not Model:\n"
+                   "        _reference_class = _cls  # the task's own Model, reached without gc\n")
+
+
 @pytest.mark.parametrize("change, named", [
     ("import subprocess\n_child = subprocess.Popen(['sleep', '60'])\n", "child processes"),
-    ("for _cls in torch.nn.Module.__subclasses__():\n"
-     "    if _cls.__name__ == 'Model' and _cls is not Model:\n"
-     "        _cls.slow_down = True  # the reference's class, reached without gc\n", "the reference's classes"),
+    (REFERENCE_CLASS + "_reference_class.slow_down = True\n", "the reference's classes"),
+    (REFERENCE_CLASS + "_reference_class.forward.__globals__['_planted'] = 1\n", "the globals the reference's code reads"),
 ])
 def test_a_candidate_that_starts_a_process_or_patches_the_reference_class_loses_the_pairing(cpu_evaluator, change,
                                                                                             named):
@@ -485,3 +489,31 @@ def test_no_claim_no_second_worker(cpu_evaluator, monkeypatch):
     monkeypatch.setattr(EvalConfig, "device_bound", lambda self, method, detail: True)
     held = cpu_evaluator.evaluate(task, source, config=config)
     assert held.ok and judged == [1, 1, 1, 1] and held.candidate_worker_medians_ms == []
+
+
+PAIRED_CALL = """
+
+class ModelNew(Model):
+    calls = 0
+
+    def forward(self, *args):
+        n = ModelNew.calls
+        ModelNew.calls += 1
+        if n == 7:  # a paired call (see PAIRED)
+{action}
+        return super().forward(*args)
+"""
+
+
+@pytest.mark.parametrize("source, code, named", [
+    ("import random\nrandom.SystemRandom = random.Random\n" + IDENTITY, ErrorCode.FORBIDDEN, "random.SystemRandom"),
+    ("import statistics\nstatistics.median = min\n" + IDENTITY, ErrorCode.FORBIDDEN, "statistics.median"),
+    (PAIRED_CALL.format(action="            torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: None)"),
+     ErrorCode.FORBIDDEN, "while it was timed against the reference"),
+    (PAIRED_CALL.format(action="            args[0].set_(args[0].clone())"), ErrorCode.FORBIDDEN, "layout of the input"),
+])
+def test_a_candidate_that_tampers_with_its_paired_timing_is_forbidden(cpu_evaluator, source, code, named):
+    task = get_task(GELU_TASK)
+    result = cpu_evaluator.evaluate(task, task.source + "\n" + source, config=cpu_evaluator.config.replace(**PAIRED))
+    assert result.error_code is code, result.message
+    assert named in result.message

@@ -11,8 +11,10 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import secrets
+import statistics
 import shutil
 import subprocess
 import sys
@@ -36,7 +38,7 @@ from . import sandbox
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
 from .reward import claims_milestone
-from .timing import HOLD_LIBRARY_ENV, UNTRACKED_WORK_FLAG, build_hold_library
+from .timing import HOLD_LIBRARY_ENV, PAIRS, UNTRACKED_WORK_FLAG, build_hold_library
 
 EVALUATOR_VERSION = "0.1"
 _INTERNAL_KERNEL_MARKERS = ("at::", "c10::")
@@ -554,6 +556,7 @@ class Evaluator:
                 pair = backend in config.host_pairing and eager is not None
                 run_job(worker, self._job(task, backend, config, candidate_source=candidate.source, env=env,
                                           channel_key=key.hex(), pair_with_reference=pair,
+                                          reference_ms=eager.median_ms if pair else None,
                                           reference_device_bound=pair and config.device_bound(eager.method, eager.detail)),
                         config.eval_timeout_s, judge.on_message)
             except WorkerTimeout:
@@ -572,6 +575,12 @@ class Evaluator:
             result.eval_seconds = round(time.monotonic() - judge.started, 4)
         result.runtime_log = (result.runtime_log + log)[-config.max_log_chars:]
         judge.finish()
+
+
+# A paired median more than this factor off the candidate's own median, or the reference's more than
+# this off the eager baseline's, is not used: host speeds differ up to ~1.8x between processes on
+# the H200 (benchmarks/results/host_noise_cuda_h200_2026-12-04.json), a tampered call by more.
+PAIRED_AGREEMENT = 2.0
 
 
 def _checksum_mismatch(got: list[float], want: list[float], tolerance: float) -> str:
@@ -868,9 +877,12 @@ class _Judgement:
         self.result.flags += list(timing.get("flags", []))
 
     def _on_pairing(self) -> None:
-        """EvalConfig.host_pairing's report: each pair's candidate output must match the reference's
-        own output on the same input (the timed calls' checksum tolerance), or the verdict is
-        INCORRECT; a change to the process is FORBIDDEN. Then `EvalResult.host_pairing` is set."""
+        """EvalConfig.host_pairing's report, reduced here from the raw per-pair times: each pair's
+        candidate output must match the reference's own output on the same input (the timed calls'
+        checksum tolerance; pairs where the reference is not finite are left out), or the verdict is
+        INCORRECT; a change to the process, or (strict) PyTorch compute in an audited paired call, is
+        FORBIDDEN. The pairing stands only if its medians agree within PAIRED_AGREEMENT with the
+        candidate's own timing and the eager baseline; then `EvalResult.host_pairing` is set."""
         pairing = self.pairing
         if pairing is None:
             return
@@ -881,22 +893,47 @@ class _Judgement:
         if "skipped" in pairing:
             self.result.host_pairing = {"skipped": str(pairing["skipped"])}
             return
+        audit = pairing.get("audit") or {}
+        if self.config.policy == "strict" and (audit.get("forbidden_ops") or audit.get("without_native")
+                                               or not audit.get("intact", True)):
+            self.verdict(ErrorCode.FORBIDDEN, "paired timing calls behaved differently from the correctness trials "
+                         "(PyTorch compute ops, no call of the candidate's native code, or the op recorder disabled)")
+            return
         tolerance = max(1e-4, 10 * self._widest_rel_norm_tolerance())
         reference = {int(row[0]): row[1:] for row in pairing.get("reference_checksums", [])}
-        rows = pairing.get("checksums", [])
-        if not rows or len(rows) < int(pairing.get("pairs", 0)):
-            self.verdict(ErrorCode.FORBIDDEN, "the paired timing report has fewer checksums than timed pairs")
+        candidate = {int(row[0]): row[1:] for row in pairing.get("checksums", [])}
+        rows = pairing.get("pairs", [])
+        if not rows or any(int(row[0]) not in candidate or int(row[0]) not in reference for row in rows):
+            self.verdict(ErrorCode.FORBIDDEN, "the paired timing report lacks checksums of some pairs")
             return
-        for row in rows:
-            want = reference.get(int(row[0]))
-            wrong = "no reference output" if want is None or len(want) != len(row) - 1 else \
-                _checksum_mismatch(row[1:], want, tolerance)
+        ratios, candidate_ms, reference_ms = [], [], []
+        for index, cand_ms, ref_ms in rows:
+            want, got = reference[int(index)], candidate[int(index)]
+            if not all(math.isfinite(v) for v in want):
+                continue  # this rotation breaks the reference: not a comparison
+            wrong = "a different number of outputs" if len(want) != len(got) else _checksum_mismatch(got, want, tolerance)
             if wrong:
                 self.verdict(ErrorCode.INCORRECT, f"a paired timing call returned a result that differs from the "
                              f"reference's on the same input ({wrong}): the candidate computed differently while "
                              "it was timed against the reference")
                 return
-        self.result.host_pairing = {key: pairing[key] for key in ("ratio", "pairs", "candidate_ms", "reference_ms")}
+            if cand_ms > 0 and ref_ms > 0:
+                ratios.append(ref_ms / cand_ms)
+                candidate_ms.append(cand_ms)
+                reference_ms.append(ref_ms)
+        if len(ratios) < PAIRS[0] // 2:
+            self.result.host_pairing = {"skipped": f"only {len(ratios)} comparable pairs"}
+            return
+        paired = {"ratio": statistics.median(ratios), "pairs": len(ratios),
+                  "candidate_ms": statistics.median(candidate_ms), "reference_ms": statistics.median(reference_ms)}
+        own, eager = self.result.candidate_time, self.result.eager_time
+        for name, paired_ms, other in (("the candidate's own timing", paired["candidate_ms"], own),
+                                       ("the eager baseline", paired["reference_ms"], eager)):
+            if other is not None and not 1 / PAIRED_AGREEMENT <= paired_ms / other.median_ms <= PAIRED_AGREEMENT:
+                self.result.host_pairing = {"skipped": f"the paired median {paired_ms:.4g} ms is beyond "
+                                            f"{PAIRED_AGREEMENT:g}x of {name} ({other.median_ms:.4g} ms)", **paired}
+                return
+        self.result.host_pairing = paired
 
     def finish(self) -> None:
         if self.decided:

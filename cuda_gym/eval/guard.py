@@ -906,18 +906,18 @@ class Tripwire:
 # ------------------------------------------------------------------------------------ tamper check
 WATCHED_MODULES = (
     "builtins", "time", "gc", "signal", "threading", "traceback", "json", "struct", "hmac", "hashlib",
-    "secrets", "numpy", "multiprocessing.connection", "torch", "torch.cuda", "torch.nn", "torch.nn.functional",
+    "secrets", "random", "statistics", "numpy", "multiprocessing.connection", "torch", "torch.cuda", "torch.nn", "torch.nn.functional",
     "torch.nn.modules.module", "torch.linalg", "torch.autograd", "torch.autograd.grad_mode",
     "torch.autograd.profiler", "torch.profiler", "torch.profiler.profiler", "torch.utils._python_dispatch",
     "torch.library", "torch._C", "torch._ops", "torch.overrides", "torch.backends", "torch.backends.cuda",
     "torch.backends.cudnn", "torch.random", "torch.testing", "torch.utils.cpp_extension",
-    "cuda_gym.native", "cuda_gym.eval.worker", "cuda_gym.eval.guard", "cuda_gym.eval.timing",
+    "cuda_gym.native", "cuda_gym.eval.worker", "cuda_gym.eval.guard", "cuda_gym.eval.timing", "cuda_gym.eval.memory",
     "cuda_gym.eval.correctness", "cuda_gym.eval.protocol", "cuda_gym.eval.sandbox", "cuda_gym.eval.result",
     "cuda_gym.eval.config",
 )
 # (module, class name) pairs whose class dict is snapshotted (every method, not a chosen few).
 WATCHED_CLASSES = (
-    ("torch", "Tensor"), ("torch.nn", "Module"), ("torch.nn", "Parameter"), ("torch.cuda", "Event"),
+    ("random", "Random"), ("random", "SystemRandom"), ("torch", "Tensor"), ("torch.nn", "Module"), ("torch.nn", "Parameter"), ("torch.cuda", "Event"),
     ("torch.cuda", "Stream"), ("torch.profiler", "profile"), ("torch.utils._python_dispatch", "TorchDispatchMode"),
     ("multiprocessing.connection", "Connection"), ("json", "JSONEncoder"), ("json", "JSONDecoder"),
     ("cuda_gym.native", "NativeFunction"), ("cuda_gym.native", "KernelLibrary"),

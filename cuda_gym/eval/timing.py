@@ -356,51 +356,60 @@ PAIRS = (40, 200)  # a paired timing takes at least 40 pairs (audited ones not c
 PAIR_BUDGET_S = 2.0  # and stops after this long once it has the minimum
 
 
+class ReferenceCallFailed(RuntimeError):
+    """The reference raised in a paired call (its own failure, not the candidate's verdict)."""
+
+
 def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[..., Any], live_inputs: Sequence[Any],
-               load_input: Callable[[int], None], checksum: Callable[[Any], list[float]], *,
-               after_reference: Callable[[], None], audit: Callable[[], Any] | None = None,
+               load_input: Callable[[int], None], checksum: Callable[[Any], list[float]], plan: Sequence[tuple[bool, bool]],
+               *, after_reference: Callable[[], None], audit: Callable[[], Any] | None = None,
                warmup_reps: int = 3, warmup_s: float = 0.3) -> dict[str, Any]:
     """The candidate and the reference timed call by call in this one process, so that the host's
     speed, which drifts within seconds and differs between processes, falls on both alike.
 
-    Pair k loads input k (`load_input(k)`, a fresh input for every pair) before each of its two
-    calls, which run in a secret random order. A call's time is the host clock from just before it
-    to its return, on CUDA to a device-wide synchronize after it (work on every stream), after an
-    L2 flush. Both outputs
-    are checksummed (`checksum`) right after their call; `after_reference()` runs after the
-    reference's checksum (the caller scrubs its freed output there, so the candidate is never handed
-    it). With `audit`, a secret quarter of the pairs run the candidate under it, untimed (the timed
-    repeats' rule). Returns {"ratio": median of reference / candidate over the timed pairs,
-    "pairs", "candidate_ms", "reference_ms" (medians), "checksums": [[k, candidate's..., ], ...],
-    "reference_checksums": [[k, reference's...], ...]}."""
-    chooser = random.SystemRandom()
+    Warm-up calls come first (both models, until `warmup_reps` each and `warmup_s`), then pair k
+    of `plan` (drawn by the caller before any candidate code ran: (candidate first?, candidate
+    audited?)) loads input `warm-ups + k` (`load_input`, a fresh input per pair) before each of its
+    two calls. A call's time is the host clock from just before it to its return, on CUDA to a
+    device-wide synchronize after it (work on every stream), after an L2 flush. Both outputs are
+    checksummed (`checksum`) right after their call; `after_reference()` runs after the reference's
+    checksum (the caller scrubs its freed output there, so the candidate is never handed it). An
+    audited candidate call runs under `audit()`, untimed. Returns the raw measurements, for the
+    evaluator to reduce: {"pairs": [[input, candidate ms, reference ms], ...] (audited pairs: candidate
+    ms 0), "checksums": [[input, *candidate's]], "reference_checksums": [[input, *reference's]]}.
+    A reference call that raises raises ReferenceCallFailed."""
     cuda = device == "cuda"
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda") if cuda else None
     sync = _cuda_synchronize if cuda else (lambda: None)
-    ratios: list[float] = []
-    times: dict[str, list[float]] = {"candidate": [], "reference": []}
+    rows: list[list[float]] = []
     sums: dict[str, list[list[float]]] = {"candidate": [], "reference": []}
     collecting = gc.isenabled()
     gc.collect()
 
-    def call(name: str, fn: Callable[..., Any], index: int, timed: bool, audited: bool) -> float:
+    def call(name: str, index: int, timed: bool, audited: bool) -> float:
         load_input(index)
         if flush is not None:
             flush.zero_()
         sync()
-        if audited:
-            with audit():
+        fn = candidate if name == "candidate" else reference
+        try:
+            if audited:
+                with audit():
+                    output = fn(*live_inputs)
+                sync()
+                elapsed = 0.0
+            else:
+                gc.disable()
+                t0 = _perf_counter_ns()
                 output = fn(*live_inputs)
-            sync()
-            elapsed = 0.0
-        else:
-            gc.disable()
-            t0 = _perf_counter_ns()
-            output = fn(*live_inputs)
-            sync()
-            elapsed = (_perf_counter_ns() - t0) / 1e6
-            if collecting:
-                gc.enable()
+                sync()
+                elapsed = (_perf_counter_ns() - t0) / 1e6
+                if collecting:
+                    gc.enable()
+        except Exception as exc:  # noqa: BLE001
+            if name == "reference":
+                raise ReferenceCallFailed(f"{type(exc).__name__}: {exc}") from exc
+            raise
         if timed:
             sums[name].append([float(index), *checksum(output)])
         del output
@@ -413,26 +422,20 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
             index = 0
             warm_started = _perf_counter_ns()
             while index < warmup_reps or (index < MAX_EXTRA_WARMUPS and _perf_counter_ns() - warm_started < warmup_s * 1e9):
-                call("reference", reference, index, False, False)
-                call("candidate", candidate, index, False, False)
+                call("reference", index, False, False)
+                call("candidate", index, False, False)
                 index += 1
-            started = _perf_counter_ns()
-            while len(ratios) < PAIRS[1]:
-                audited = audit is not None and chooser.random() < 0.25
-                order = ["candidate", "reference"]
-                chooser.shuffle(order)
-                took = {name: call(name, candidate if name == "candidate" else reference, index, True,
-                                   audited and name == "candidate") for name in order}
+            started, timed_pairs = _perf_counter_ns(), 0
+            for candidate_first, audited in plan:
+                order = ("candidate", "reference") if candidate_first else ("reference", "candidate")
+                took = {name: call(name, index, True, audited and audit is not None and name == "candidate")
+                        for name in order}
+                rows.append([float(index), took["candidate"], took["reference"]])
                 index += 1
-                if not audited and took["candidate"] > 0:
-                    ratios.append(took["reference"] / took["candidate"])
-                    for name in order:
-                        times[name].append(took[name])
-                if len(ratios) >= PAIRS[0] and _perf_counter_ns() - started > PAIR_BUDGET_S * 1e9:
+                timed_pairs += took["candidate"] > 0
+                if timed_pairs >= PAIRS[0] and _perf_counter_ns() - started > PAIR_BUDGET_S * 1e9:
                     break
     finally:
         if collecting:
             gc.enable()
-    return {"ratio": statistics.median(ratios), "pairs": len(ratios),
-            "candidate_ms": statistics.median(times["candidate"]), "reference_ms": statistics.median(times["reference"]),
-            "checksums": sums["candidate"], "reference_checksums": sums["reference"]}
+    return {"pairs": rows, "checksums": sums["candidate"], "reference_checksums": sums["reference"]}

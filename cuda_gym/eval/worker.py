@@ -24,6 +24,7 @@ import os
 import random
 import re
 import secrets
+import statistics
 import sys
 import time
 import traceback
@@ -43,7 +44,7 @@ from . import fastbuild, guard, memory, protocol, sandbox
 from .config import EvalConfig
 from .correctness import (Draw, ToleranceFloor, draw_label, flatten_outputs, make_draw, output_stats, reshuffle,
                           tolerance_floor)
-from .timing import Timer, prepare_hold, time_pairs
+from .timing import MAX_EXTRA_WARMUPS, PAIRS, ReferenceCallFailed, Timer, prepare_hold, time_pairs
 
 _perf_counter = time.perf_counter
 
@@ -721,12 +722,15 @@ def _pair_baselines(compiled: Any, model: Any, setup: _TaskSetup, device: str, c
             if isinstance(dst, torch.Tensor):
                 dst.copy_(src)
 
+    chooser = random.SystemRandom()
+    plan = [(chooser.random() < 0.5, False) for _ in range(PAIRS[1])]
     try:
-        paired = time_pairs(device, compiled, model, live, load_input, lambda out: [], after_reference=lambda: None,
+        paired = time_pairs(device, compiled, model, live, load_input, lambda out: [], plan, after_reference=lambda: None,
                             warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))
     except Exception as exc:  # noqa: BLE001 - the unpaired compile speedup stands
         return {"skipped": f"the paired timing raised {type(exc).__name__}: {exc}"[:300]}
-    return {"eager_over_compile": paired["ratio"], "pairs": paired["pairs"]}
+    ratios = [eager_ms / compile_ms for _, compile_ms, eager_ms in paired["pairs"] if compile_ms > 0]
+    return {"eager_over_compile": statistics.median(ratios), "pairs": len(ratios)}
 
 
 def _profile_forward(model: Any, setup: _TaskSetup) -> list[dict[str, Any]]:
@@ -815,7 +819,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         importlib.import_module("torch._inductor.compile_fx")
         torch._dynamo.mutation_guard.install_generation_tagging_init()
     guard.count_native_calls()
-    paired = _PairedReference(setup, job, device) if job.get("pair_with_reference") else None
+    paired = _PairedReference(setup, job, device, variants) if job.get("pair_with_reference") else None
     tamper = guard.TamperCheck(device, policy)  # last thing before candidate code: arms the tripwire
     started = _perf_counter()
     try:
@@ -862,7 +866,10 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
     channel.send("timing", timing_meta)
     if paired is not None:
         try:
-            channel.send("pairing", {**paired.time(model, stats, variants, probe, audit, config), "tampered": tamper.changes()})
+            channel.send("pairing", {**paired.time(model, stats, probe, audit, config), "tampered": tamper.changes()})
+        except _PairingTampered as exc:
+            _error(channel, "FORBIDDEN", f"the candidate changed {exc} while it was timed against the reference")
+            return
         except BaseException as exc:  # noqa: BLE001
             code, message = _failure(exc, tamper, device, plan, "a paired timing call")
             _error(channel, code, message, traceback=traceback.format_exc(limit=8))
@@ -932,81 +939,113 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         _send_kernels(channel, model, setup, policy, tamper)
 
 
+class _PairingTampered(Exception):
+    """The candidate changed what the paired reference's calls depend on while it was paired."""
+
+
 class _PairedReference:
     """EvalConfig.host_pairing: a fresh instance of the reference, made and given the weights before
     any candidate code exists in this process, against which a host-bound candidate is timed call
-    by call (timing.time_pairs). What the process looked like when it was made (its threads and
-    live child processes, torch's global module hooks, the reference's modules, their hooks and
-    their classes) is kept: if the candidate changed any of it, the pairing is not used (a thread,
-    a process, a hook or a patched method could run inside the reference's calls only)."""
+    by call (timing.time_pairs). Every secret of the pairing (each pair's input rotations, order
+    and audit pick) is drawn here too, before the candidate loads. What the process looked like
+    (its threads and live child processes, torch's global module hooks, the reference's modules,
+    their hooks, their classes and the globals of those classes' functions) is kept: if the
+    candidate changed any of it before the pairing, the pairing is not used (a thread, a process, a
+    hook or a patched method could run inside the reference's calls only); if it changes during
+    the pairing, or the live inputs' layout does, the verdict is FORBIDDEN."""
 
-    def __init__(self, setup: _TaskSetup, job: dict, device: str):
+    def __init__(self, setup: _TaskSetup, job: dict, device: str, variants: list):
         self.setup, self.device, self.error = setup, device, ""
         self.reference_device_bound = bool(job.get("reference_device_bound"))
+        self.reference_ms = float(job.get("reference_ms") or 0.0)
+        self.model = None
+        rotate = all(any(shifts) or not any(isinstance(v, torch.Tensor) and v.numel() > 1
+                                            for v in setup.timing_sets[which]) for which, shifts in variants)
+        if not rotate:
+            self.error = "rotated inputs break this task, so paired inputs would repeat"
+            return
+        chooser = random.SystemRandom()
+        self.inputs = [(index % len(setup.timing_sets),
+                        [chooser.randrange(1, v.numel()) if isinstance(v, torch.Tensor) and v.numel() > 1 else 0
+                         for v in setup.timing_sets[index % len(setup.timing_sets)]])
+                       for index in range(MAX_EXTRA_WARMUPS + PAIRS[1])]
+        self.plan = [(chooser.random() < 0.5, chooser.random() < 0.25) for _ in range(PAIRS[1])]
         try:
             self.model = _fresh_reference(setup, job, device)
+            self.fingerprint = self._fingerprint()
         except BaseException as exc:  # noqa: BLE001 - no pairing; the unpaired speedups stand
             self.model, self.error = None, f"the paired reference could not be made: {type(exc).__name__}: {exc}"
-        try:
-            self.fingerprint = self._fingerprint()
-        except Exception as exc:  # noqa: BLE001 - no pairing; the unpaired speedups stand
-            self.model, self.error = None, f"the process could not be fingerprinted: {type(exc).__name__}: {exc}"
 
     def _fingerprint(self) -> list:
         hooks = [len(value) for name, value in sorted(vars(torch.nn.modules.module).items())
                  if name.startswith("_global_") and isinstance(value, dict)]
-        modules = [] if self.model is None else [
-            (name, type(module), tuple(sorted(vars(module))),
-             tuple(len(getattr(module, attr, None) or {}) for attr in _MODULE_HOOKS))
-            for name, module in self.model.named_modules()]
+        modules = [(name, type(module), tuple(sorted(vars(module))),
+                    tuple(len(getattr(module, attr, None) or {}) for attr in _MODULE_HOOKS))
+                   for name, module in self.model.named_modules()]
         # The classes the reference's modules run (the task's Model is reachable through
-        # nn.Module.__subclasses__(), so a candidate could patch its forward): every attribute, by identity.
-        classes = set() if self.model is None else {c for m in self.model.modules() for c in type(m).__mro__
-                                                    if c is not object}
+        # nn.Module.__subclasses__()), every attribute by identity, and the globals their functions
+        # read at call time (the task's namespace, `F` in torch.nn.modules.conv, ...).
+        classes = {c for m in self.model.modules() for c in type(m).__mro__ if c is not object}
         class_state = sorted((c.__module__, c.__qualname__, id(c), tuple(sorted((k, id(v)) for k, v in vars(c).items())))
                              for c in classes)
-        return [len(os.listdir("/proc/self/task")), _live_children(), hooks, modules, class_state]
+        namespaces = {id(f.__globals__): f.__globals__ for c in classes for f in vars(c).values()
+                      if isinstance(getattr(f, "__globals__", None), dict)}
+        global_state = sorted((key, tuple(sorted((k, id(v)) for k, v in list(names.items()))))
+                              for key, names in namespaces.items())
+        return [len(os.listdir("/proc/self/task")), _live_children(), hooks, modules, class_state, global_state]
 
-    def time(self, model: Any, stats: Any, variants: list, probe: _Probe, audit: _Audit, config: dict) -> dict:
+    def _changed(self) -> list[str]:
+        now = self._fingerprint()
+        what = ["threads", "child processes", "torch's global module hooks", "the reference's modules or hooks",
+                "the reference's classes", "the globals the reference's code reads"]
+        return [w for w, a, b in zip(what, now, self.fingerprint) if a != b]
+
+    def time(self, model: Any, stats: Any, probe: _Probe, audit: _Audit, config: dict) -> dict:
         if self.model is None:
             return {"skipped": self.error}
         if self.reference_device_bound and EvalConfig(device_bound_issue_ratio=config["device_bound_issue_ratio"]
                                                       ).device_bound(stats.method, stats.detail):
             return {"skipped": "the candidate's and the reference's timings are device-bound: the host's speed "
                                "cannot move them"}
-        try:
-            now = self._fingerprint()
-        except Exception as exc:  # noqa: BLE001
-            return {"skipped": f"the process could not be fingerprinted again: {type(exc).__name__}: {exc}"}
-        if now != self.fingerprint:
-            what = ["threads", "child processes", "torch's global module hooks", "the reference's modules or hooks",
-                    "the reference's classes"]
-            changed = [w for w, a, b in zip(what, now, self.fingerprint) if a != b]
+        if PAIRS[0] * (stats.median_ms + self.reference_ms) > 1000 * PAIR_TIME_LIMIT_S:
+            return {"skipped": f"{PAIRS[0]} pairs would take more than {PAIR_TIME_LIMIT_S:g} s"}
+        changed = self._changed()
+        if changed:
             return {"skipped": f"the candidate changed {', '.join(changed)} after the paired reference was made"}
         setup = self.setup
         live = [_clone(v) for v in setup.timing_sets[0]]
-        rotate = all(any(shifts) or not any(isinstance(v, torch.Tensor) and v.numel() > 1
-                                            for v in setup.timing_sets[which]) for which, shifts in variants)
-        chooser = random.SystemRandom()
-        inputs: dict[int, tuple[int, list[int]]] = {}
+        layout = [_layout(v) for v in live]
 
         def load_input(index: int) -> None:
-            if index not in inputs:  # a fresh rotation per pair (the set as is where rotations break the task)
-                which = index % len(setup.timing_sets)
-                inputs[index] = (which, [chooser.randrange(1, v.numel()) if rotate and isinstance(v, torch.Tensor)
-                                         and v.numel() > 1 else 0 for v in setup.timing_sets[which]])
-            which, shifts = inputs[index]
+            if [_layout(v) for v in live] != layout:
+                raise _PairingTampered("the layout of the input tensors (address, shape, strides)")
+            which, shifts = self.inputs[index]
             for dst, src in zip(live, _variant(setup.timing_sets[which], shifts)):
                 if isinstance(dst, torch.Tensor):
                     dst.copy_(src)
 
-        result = time_pairs(self.device, model, self.model, live, load_input, lambda out: _checksum(out, probe),
-                            after_reference=lambda: memory.scrub_freed(self.device, keep_cache=True),
-                            audit=audit if config["policy"] == "strict" else None,
-                            warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))
+        try:
+            result = time_pairs(self.device, model, self.model, live, load_input, lambda out: _checksum(out, probe),
+                                self.plan, after_reference=lambda: memory.scrub_freed(self.device, keep_cache=True),
+                                audit=audit if config["policy"] == "strict" else None,
+                                warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))
+        except ReferenceCallFailed as exc:
+            result = {"skipped": f"the paired reference failed: {exc}"}
+        changed = self._changed()
+        if changed:
+            raise _PairingTampered(", ".join(changed))
         self.model = None
         memory.scrub_freed(self.device, setup.output_nbytes)
-        return result
+        return {**result, "audit": audit.meta()}
+
+
+def _layout(value: Any) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return None
+    return (value.data_ptr(), tuple(value.shape), value.stride(), value.storage_offset(), value.dtype)
+
+
+PAIR_TIME_LIMIT_S = 20.0  # a task whose 40 pairs would take longer is not paired (the eval has 120 s)
 
 
 def _live_children() -> int:
