@@ -890,14 +890,14 @@ class _Judgement:
             self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process during its paired "
                          "timing: " + ", ".join(pairing["tampered"]))
             return
-        if "skipped" in pairing:
-            self.result.host_pairing = {"skipped": str(pairing["skipped"])}
-            return
-        audit = pairing.get("audit") or {}
+        audit = pairing.get("audit") or {}  # also where the pairing stopped on the reference's failure
         if self.config.policy == "strict" and (audit.get("forbidden_ops") or audit.get("without_native")
                                                or not audit.get("intact", True)):
             self.verdict(ErrorCode.FORBIDDEN, "paired timing calls behaved differently from the correctness trials "
                          "(PyTorch compute ops, no call of the candidate's native code, or the op recorder disabled)")
+            return
+        if "skipped" in pairing:
+            self.result.host_pairing = {"skipped": str(pairing["skipped"])}
             return
         tolerance = max(1e-4, 10 * self._widest_rel_norm_tolerance())
         reference = {int(row[0]): row[1:] for row in pairing.get("reference_checksums", [])}
