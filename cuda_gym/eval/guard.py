@@ -962,6 +962,12 @@ def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
     what it does; it is reachable only through the worker's own frame."""
     modules = {name: sys.modules[name] for name in WATCHED_MODULES if name in sys.modules}
     module_dicts = {name: dict(vars(module)) for name, module in modules.items()}
+    # cuda_gym's own constants (UPPER_CASE names: type tuples, limits, sets of names), by identity and,
+    # for sets and lists, by content: rebinding one is not a callable change, yet it can change
+    # what a check accepts (worker._PLAIN_TENSORS decides which outputs are checksummed).
+    content = _container_content
+    constants = {name: {key: (value, content(value)) for key, value in vars(module).items() if _is_constant_name(key)}
+                 for name, module in modules.items() if name.startswith("cuda_gym")}
     classes = {}
     for module_name, class_name in WATCHED_CLASSES:
         owner = sys.modules.get(module_name)
@@ -1028,6 +1034,11 @@ def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
             for key, value in items(now):
                 if key not in before and is_callable(value) and not is_instance(value, module_type):
                     changed.append(f"{name}.{key} (added)")
+        for name, values in items(constants):
+            now = get_vars(modules[name])
+            for key, (value, inside) in items(values):
+                if now.get(key, missing) is not value or content(value) != inside:
+                    changed.append(f"{name}.{key}")
         for name, cls in items(classes):
             now, before = get_vars(cls), class_dicts[name]
             for key in make_set(now) | make_set(before):
@@ -1054,6 +1065,21 @@ def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
         return changed
 
     return changes
+
+
+def _is_constant_name(name: str) -> bool:
+    bare = name.lstrip("_")
+    return bool(bare) and bare[0].isalpha() and bare == bare.upper()
+
+
+def _container_content(value: Any) -> Any:
+    """What an in-place change to a mutable set or list would change (None for anything else:
+    dicts are left out, since counters such as `cuda_gym.native.CALL_COUNTS` change as they should)."""
+    if isinstance(value, (set, frozenset)):
+        return frozenset(map(id, value))
+    if isinstance(value, list):
+        return tuple(map(id, value))
+    return None
 
 
 class TamperCheck:
