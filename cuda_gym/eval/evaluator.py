@@ -583,6 +583,12 @@ class Evaluator:
 PAIRED_AGREEMENT = 2.0
 
 
+def _audit_failed(audit: dict[str, Any]) -> bool:
+    """Whether audited calls (the op recorder's report) ran PyTorch compute ops, skipped the
+    candidate's native code, or found the recorder disabled: what the strict policy forbids."""
+    return bool(audit.get("forbidden_ops") or audit.get("without_native") or not audit.get("intact", True))
+
+
 def _checksum_mismatch(got: list[float], want: list[float], tolerance: float) -> str:
     """'' when a call's checksums (pairs of sum and L1 norm per output) match the expected ones within
     `tolerance` of the expected L1 norm; else what differed."""
@@ -824,7 +830,7 @@ class _Judgement:
         if self.config.policy != "strict":
             return
         audit = kernels.get("audit") or {}
-        if audit.get("forbidden_ops") or audit.get("without_native") or not audit.get("intact", True):
+        if _audit_failed(audit):
             self.verdict(ErrorCode.FORBIDDEN, "the profiled forward behaved differently from the correctness "
                          "trials (PyTorch compute ops, no call of the candidate's native code, or the op recorder "
                          "disabled)")
@@ -865,8 +871,7 @@ class _Judgement:
                          "event wait) before forward returns")
             return
         audit = timing.get("audit") or {}
-        if self.config.policy == "strict" and (audit.get("forbidden_ops") or audit.get("without_native")
-                                               or not audit.get("intact", True)):
+        if self.config.policy == "strict" and _audit_failed(audit):
             ops = ", ".join(f"{op} x{n}" for op, n in sorted((audit.get("forbidden_ops") or {}).items()))
             self.verdict(ErrorCode.FORBIDDEN, "timed calls behaved differently from the correctness trials: "
                          + (f"they ran PyTorch compute ops ({ops})" if ops else
@@ -891,8 +896,7 @@ class _Judgement:
                          "timing: " + ", ".join(pairing["tampered"]))
             return
         audit = pairing.get("audit") or {}  # also where the pairing stopped on the reference's failure
-        if self.config.policy == "strict" and (audit.get("forbidden_ops") or audit.get("without_native")
-                                               or not audit.get("intact", True)):
+        if self.config.policy == "strict" and _audit_failed(audit):
             self.verdict(ErrorCode.FORBIDDEN, "paired timing calls behaved differently from the correctness trials "
                          "(PyTorch compute ops, no call of the candidate's native code, or the op recorder disabled)")
             return

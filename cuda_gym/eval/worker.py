@@ -446,6 +446,18 @@ def _variant(inputs: list[Any], shifts: list[int]) -> list[Any]:
             for v, s in zip(inputs, shifts)]
 
 
+def _secret_shifts(chooser: random.SystemRandom, inputs: list[Any]) -> list[int]:
+    """A random rotation for each tensor of `inputs` with more than one element (0 for the rest)."""
+    return [chooser.randrange(1, v.numel()) if isinstance(v, torch.Tensor) and v.numel() > 1 else 0 for v in inputs]
+
+
+def _copy_into(live: list[Any], values: list[Any]) -> None:
+    """Copy `values` into the live input tensors in place (same addresses, new values)."""
+    for dst, src in zip(live, values):
+        if isinstance(dst, torch.Tensor):
+            dst.copy_(src)
+
+
 def _reference_checksums(setup: _TaskSetup, config: dict, probe: _Probe) -> tuple[list, list]:
     """Run the reference here, before any candidate code exists in this process, on the inputs the
     candidate's timed calls will get: one fresh input per call (input set k mod sets, each tensor
@@ -461,8 +473,7 @@ def _reference_checksums(setup: _TaskSetup, config: dict, probe: _Probe) -> tupl
     for index in range(warmup + config["timing_reps"]):
         which = index % len(setup.timing_sets)
         base = setup.timing_sets[which]
-        variants.append((which, [chooser.randrange(1, v.numel()) if isinstance(v, torch.Tensor) and v.numel() > 1
-                                 else 0 for v in base]))
+        variants.append((which, _secret_shifts(chooser, base)))
     checksums: list[list[float]] = []
     started = _perf_counter()
     with torch.no_grad():
@@ -518,17 +529,13 @@ def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, varian
     if variants is not None:  # a fresh variant per call; the candidate's calls partly audited
         def load_variant(which: int) -> None:
             base, shifts = variants[which]
-            for dst, src in zip(live, _variant(setup.timing_sets[base], shifts)):
-                if isinstance(dst, torch.Tensor):
-                    dst.copy_(src)
+            _copy_into(live, _variant(setup.timing_sets[base], shifts))
 
         return timer.run(model, live, load_variant, len(variants), lambda out: _checksum(out, probe),
                          audit=audit, cover_sets=False)
 
     def load_set(which: int) -> None:
-        for dst, src in zip(live, setup.timing_sets[which]):
-            if isinstance(dst, torch.Tensor):
-                dst.copy_(src)
+        _copy_into(live, setup.timing_sets[which])
 
     return timer.run(model, live, load_set, len(setup.timing_sets), _checksum)
 
@@ -539,6 +546,11 @@ def _sample_seed(job: dict, draw_index: int) -> int:
 
 def _config_for_stats(config: dict) -> EvalConfig:
     return EvalConfig(precision=config["precision"])
+
+
+def _device_bound(config: dict, method: str | None, detail: dict | None) -> bool:
+    """EvalConfig.device_bound under the job's `device_bound_issue_ratio`."""
+    return EvalConfig(device_bound_issue_ratio=config["device_bound_issue_ratio"]).device_bound(method, detail)
 
 
 def _stats_meta(stats: Any) -> dict:
@@ -712,15 +724,12 @@ def _pair_baselines(compiled: Any, model: Any, setup: _TaskSetup, device: str, c
     timings are device-bound. {"eager_over_compile": the median per-pair ratio, "pairs"}, or
     {"skipped": why}: a candidate's paired ratio against eager, divided by this, is its speedup
     over torch.compile under the same host speed."""
-    judge = EvalConfig(device_bound_issue_ratio=config["device_bound_issue_ratio"])
-    if all(judge.device_bound(result[name]["method"], result[name].get("detail")) for name in ("eager", "compile")):
+    if all(_device_bound(config, result[name]["method"], result[name].get("detail")) for name in ("eager", "compile")):
         return {"skipped": "both baselines are device-bound"}
     live = [_clone(v) for v in setup.timing_sets[0]]
 
     def load_input(index: int) -> None:
-        for dst, src in zip(live, setup.timing_sets[index % len(setup.timing_sets)]):
-            if isinstance(dst, torch.Tensor):
-                dst.copy_(src)
+        _copy_into(live, setup.timing_sets[index % len(setup.timing_sets)])
 
     chooser = random.SystemRandom()
     plan = [(chooser.random() < 0.5, False) for _ in range(PAIRS[1])]
@@ -965,10 +974,8 @@ class _PairedReference:
             self.error = "rotated inputs break this task, so paired inputs would repeat"
             return
         chooser = random.SystemRandom()
-        self.inputs = [(index % len(setup.timing_sets),
-                        [chooser.randrange(1, v.numel()) if isinstance(v, torch.Tensor) and v.numel() > 1 else 0
-                         for v in setup.timing_sets[index % len(setup.timing_sets)]])
-                       for index in range(MAX_EXTRA_WARMUPS + PAIRS[1])]
+        self.inputs = [(which, _secret_shifts(chooser, setup.timing_sets[which]))
+                       for which in (index % len(setup.timing_sets) for index in range(MAX_EXTRA_WARMUPS + PAIRS[1]))]
         self.plan = [(chooser.random() < 0.5, chooser.random() < 0.25) for _ in range(PAIRS[1])]
         try:
             self.model = _fresh_reference(setup, job, device)
@@ -1003,8 +1010,7 @@ class _PairedReference:
     def time(self, model: Any, stats: Any, probe: _Probe, audit: _Audit, config: dict) -> dict:
         if self.model is None:
             return {"skipped": self.error}
-        if self.reference_device_bound and EvalConfig(device_bound_issue_ratio=config["device_bound_issue_ratio"]
-                                                      ).device_bound(stats.method, stats.detail):
+        if self.reference_device_bound and _device_bound(config, stats.method, stats.detail):
             return {"skipped": "the candidate's and the reference's timings are device-bound: the host's speed "
                                "cannot move them"}
         if PAIRS[0] * (stats.median_ms + self.reference_ms) > 1000 * PAIR_TIME_LIMIT_S:
@@ -1020,9 +1026,7 @@ class _PairedReference:
             if [_layout(v) for v in live] != layout:
                 raise _PairingTampered("the layout of the input tensors (address, shape, strides)")
             which, shifts = self.inputs[index]
-            for dst, src in zip(live, _variant(setup.timing_sets[which], shifts)):
-                if isinstance(dst, torch.Tensor):
-                    dst.copy_(src)
+            _copy_into(live, _variant(setup.timing_sets[which], shifts))
 
         try:
             result = time_pairs(self.device, model, self.model, live, load_input, lambda out: _checksum(out, probe),
