@@ -362,7 +362,7 @@ class ReferenceCallFailed(RuntimeError):
 
 def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[..., Any], live_inputs: Sequence[Any],
                load_input: Callable[[int], None], checksum: Callable[[Any], list[float]], plan: Sequence[tuple[bool, bool]],
-               *, after_reference: Callable[[], None], audit: Callable[[], Any] | None = None,
+               *, after_call: Callable[[], None], audit: Callable[[], Any] | None = None,
                warmup_reps: int = 3, warmup_s: float = 0.3) -> dict[str, Any]:
     """The candidate and the reference timed call by call in this one process, so that the host's
     speed, which drifts within seconds and differs between processes, falls on both alike.
@@ -372,8 +372,10 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
     audited?)) loads input `warm-ups + k` (`load_input`, a fresh input per pair) before each of its
     two calls. A call's time is the host clock from just before it to its return, on CUDA to a
     device-wide synchronize after it (work on every stream), after an L2 flush. Both outputs are
-    checksummed (`checksum`) right after their call; `after_reference()` runs after the reference's
-    checksum (the caller scrubs its freed output there, so the candidate is never handed it). An
+    checksummed (`checksum`) right after their call; `after_call()` runs after every call's checksum,
+    both models' alike (the caller scrubs the freed memory there, so the candidate is never handed
+    a reference output, and each call follows the same host work: a scrub after the reference's
+    calls alone left the candidate's calls on a host cache the scrub had just churned). An
     audited candidate call runs under `audit()`, untimed. Returns the raw measurements, for the
     evaluator to reduce: {"pairs": [[input, candidate ms, reference ms], ...] (audited pairs: candidate
     ms 0), "checksums": [[input, *candidate's]], "reference_checksums": [[input, *reference's]]}.
@@ -413,8 +415,7 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
         if timed:
             sums[name].append([float(index), *checksum(output)])
         del output
-        if name == "reference":
-            after_reference()
+        after_call()
         return elapsed
 
     try:

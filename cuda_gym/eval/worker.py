@@ -41,7 +41,7 @@ import torch.utils.cpp_extension  # noqa: F401
 
 from ..tasks.task import load_task_namespace
 from . import fastbuild, guard, memory, protocol, sandbox
-from .config import EvalConfig
+from .config import PAIRING_ISSUE_RATIO, EvalConfig
 from .correctness import (Draw, ToleranceFloor, draw_label, flatten_outputs, make_draw, output_stats, reshuffle,
                           tolerance_floor)
 from .timing import MAX_EXTRA_WARMUPS, PAIRS, ReferenceCallFailed, Timer, prepare_hold, time_pairs
@@ -548,9 +548,10 @@ def _config_for_stats(config: dict) -> EvalConfig:
     return EvalConfig(precision=config["precision"])
 
 
-def _device_bound(config: dict, method: str | None, detail: dict | None) -> bool:
-    """EvalConfig.device_bound under the job's `device_bound_issue_ratio`."""
-    return EvalConfig(device_bound_issue_ratio=config["device_bound_issue_ratio"]).device_bound(method, detail)
+def _device_bound(config: dict, method: str | None, detail: dict | None, issue_ratio: float | None = None) -> bool:
+    """EvalConfig.device_bound under the job's `device_bound_issue_ratio` (or `issue_ratio`)."""
+    return EvalConfig(device_bound_issue_ratio=config["device_bound_issue_ratio"]).device_bound(method, detail,
+                                                                                                  issue_ratio)
 
 
 def _stats_meta(stats: Any) -> dict:
@@ -721,11 +722,12 @@ def _pair_baselines(compiled: Any, model: Any, setup: _TaskSetup, device: str, c
                     result: dict) -> dict[str, Any]:
     """EvalConfig.host_pairing for the baselines: torch.compile's model and the eager one timed call
     by call in this worker (timing.time_pairs; no candidate code here, so no checks), unless both
-    timings are device-bound. {"eager_over_compile": the median per-pair ratio, "pairs"}, or
+    timings are device time (config.PAIRING_ISSUE_RATIO). {"eager_over_compile": the median per-pair ratio, "pairs"}, or
     {"skipped": why}: a candidate's paired ratio against eager, divided by this, is its speedup
     over torch.compile under the same host speed."""
-    if all(_device_bound(config, result[name]["method"], result[name].get("detail")) for name in ("eager", "compile")):
-        return {"skipped": "both baselines are device-bound"}
+    if all(_device_bound(config, result[name]["method"], result[name].get("detail"), PAIRING_ISSUE_RATIO)
+           for name in ("eager", "compile")):
+        return {"skipped": "both baselines' timings are device time (held, issued within it)"}
     live = [_clone(v) for v in setup.timing_sets[0]]
 
     def load_input(index: int) -> None:
@@ -734,7 +736,7 @@ def _pair_baselines(compiled: Any, model: Any, setup: _TaskSetup, device: str, c
     chooser = random.SystemRandom()
     plan = [(chooser.random() < 0.5, False) for _ in range(PAIRS[1])]
     try:
-        paired = time_pairs(device, compiled, model, live, load_input, lambda out: [], plan, after_reference=lambda: None,
+        paired = time_pairs(device, compiled, model, live, load_input, lambda out: [], plan, after_call=lambda: None,
                             warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))
     except Exception as exc:  # noqa: BLE001 - the unpaired compile speedup stands
         return {"skipped": f"the paired timing raised {type(exc).__name__}: {exc}"[:300]}
@@ -965,7 +967,7 @@ class _PairedReference:
 
     def __init__(self, setup: _TaskSetup, job: dict, device: str, variants: list):
         self.setup, self.device, self.error = setup, device, ""
-        self.reference_device_bound = bool(job.get("reference_device_bound"))
+        self.reference_device_time = bool(job.get("reference_device_time"))
         self.reference_ms = float(job.get("reference_ms") or 0.0)
         self.model = None
         rotate = all(any(shifts) or not any(isinstance(v, torch.Tensor) and v.numel() > 1
@@ -1010,9 +1012,9 @@ class _PairedReference:
     def time(self, model: Any, stats: Any, probe: _Probe, audit: _Audit, config: dict) -> dict:
         if self.model is None:
             return {"skipped": self.error}
-        if self.reference_device_bound and _device_bound(config, stats.method, stats.detail):
-            return {"skipped": "the candidate's and the reference's timings are device-bound: the host's speed "
-                               "cannot move them"}
+        if self.reference_device_time and _device_bound(config, stats.method, stats.detail, PAIRING_ISSUE_RATIO):
+            return {"skipped": "the candidate's and the reference's timings are device time (held, issued within "
+                               "it): the host's speed cannot move them"}
         if PAIRS[0] * (stats.median_ms + self.reference_ms) > 1000 * PAIR_TIME_LIMIT_S:
             return {"skipped": f"{PAIRS[0]} pairs would take more than {PAIR_TIME_LIMIT_S:g} s"}
         changed = self._changed()
@@ -1030,7 +1032,7 @@ class _PairedReference:
 
         try:
             result = time_pairs(self.device, model, self.model, live, load_input, lambda out: _checksum(out, probe),
-                                self.plan, after_reference=lambda: memory.scrub_freed(self.device, keep_cache=True),
+                                self.plan, after_call=lambda: memory.scrub_freed(self.device, keep_cache=True),
                                 audit=audit if config["policy"] == "strict" else None,
                                 warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))
         except ReferenceCallFailed as exc:
