@@ -76,7 +76,9 @@ def main() -> int:
     parser.add_argument("--no-confirm", action="store_true",
                         help="one eval worker per task even when it claims a milestone (EvalConfig.confirm_faster "
                              "off: the single-worker measurements of the sweeps before session 8)")
-    parser.add_argument("--max-minutes", type=float, default=None, help="stop between tasks after this long")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="stop between tasks before this long: a task is not started when the longest one "
+                             "of its level so far would end past it")
     parser.add_argument("--out", required=True, help="result JSON (resumed when it exists)")
     args = parser.parse_args()
 
@@ -116,10 +118,11 @@ def main() -> int:
                     "timer_revision": TIMER_REVISION, "confirm_faster": config.confirm_faster,
                     "host_pairing": list(config.host_pairing), "host": platform.node()})
     started = time.monotonic()
+    longest: dict[int, float] = {}  # the longest task of each level in this run, in seconds
     with Evaluator(args.backend, config) as evaluator:
         payload["device"] = evaluator.device_name
         for task in tqdm(todo, desc="sweep", unit="task"):
-            if args.max_minutes and time.monotonic() - started > 60 * args.max_minutes:
+            if args.max_minutes and time.monotonic() - started + longest.get(task.level, 0.0) > 60 * args.max_minutes:
                 print(f"stopping after {args.max_minutes} min; run again to resume", flush=True)
                 break
             source = candidate_for(task, folder)
@@ -152,6 +155,7 @@ def main() -> int:
                 "message": "" if result.ok else result.message[:500],
             }
             payload["tasks"].append(row)
+            longest[task.level] = max(longest.get(task.level, 0.0), row["seconds"])
             payload["summary"] = summarize(payload["tasks"])
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(payload, indent=1))

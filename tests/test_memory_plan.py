@@ -36,6 +36,23 @@ def test_a_tight_budget_keeps_fewer_draws_resident():
     assert roomier.resident_outputs == 5 and roomier.timing_sets == 3
 
 
+def test_the_weights_copied_later_are_planned_for():
+    # The candidate's model and the host pairing's fresh reference each copy the weights after the
+    # plan is made: a plan that leaves them out would over-fill the budget on a task with big weights.
+    gib = 2**30
+    args = dict(input_bytes=8 * gib, output_bytes=8 * gib, reference_extra_bytes=0, used_bytes=8 * gib,
+                budget_bytes=72 * gib, trials=5, timing_sets=3, min_slack_bytes=256 * MIB)
+    without = plan_memory(**args)
+    with_copies = plan_memory(**args, model_copy_bytes=2 * 4 * gib)
+    assert (without.resident_outputs, with_copies.resident_outputs) == (3, 2)
+    peak = (with_copies.used_bytes + with_copies.model_copy_bytes + 2 * with_copies.input_bytes
+            + 2 * with_copies.output_bytes + with_copies.resident_outputs * with_copies.output_bytes)
+    assert peak <= with_copies.budget_bytes
+    with pytest.raises(NotEnoughMemory) as caught:
+        plan_memory(**args, model_copy_bytes=2 * 16 * gib)
+    assert caught.value.needed_bytes > 72 * gib
+
+
 def test_a_task_that_cannot_fit_says_how_much_it_needs():
     with pytest.raises(NotEnoughMemory) as caught:
         plan_memory(input_bytes=40 * 2**30, output_bytes=40 * 2**30, reference_extra_bytes=0, used_bytes=40 * 2**30,

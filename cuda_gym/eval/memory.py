@@ -47,6 +47,7 @@ class MemoryPlan:
     used_bytes: int  # in use when the plan was made (model weights, base inputs)
     resident_outputs: int  # correctness trials whose reference output stays resident
     timing_sets: int  # timing input sets kept resident (0: the base inputs are the one timing set)
+    model_copy_bytes: int = 0  # weights the evaluation copies later: the candidate's, the paired reference's
 
     def to_meta(self) -> dict[str, Any]:
         meta: dict[str, Any] = {k: round(v / GIB, 6) for k, v in asdict(self).items() if k.endswith("_bytes")}
@@ -56,28 +57,31 @@ class MemoryPlan:
 
 
 def plan_memory(*, input_bytes: int, output_bytes: int, reference_extra_bytes: int, used_bytes: int,
-                budget_bytes: int, trials: int, timing_sets: int, min_slack_bytes: int = 0) -> MemoryPlan:
+                budget_bytes: int, trials: int, timing_sets: int, min_slack_bytes: int = 0,
+                model_copy_bytes: int = 0) -> MemoryPlan:
     """The residency plan for one task, or NotEnoughMemory when even one trial cannot run.
 
     A trial needs, beside what is in use: the candidate's copy of the inputs, its output, a fresh
     copy of the draw (to check the inputs were not modified) and, when the reference output is
-    not resident, the reference's output and workspace once more; plus slack. Each resident
+    not resident, the reference's output and workspace once more; plus slack; and, for the whole
+    evaluation, `model_copy_bytes`: the weights copied after the plan is made (the candidate's
+    model, and the host pairing's fresh reference instance). Each resident
     reference output costs `output_bytes`. Timing needs a live input set, a rotated variant being
     made, the candidate's output and slack; each resident timing set costs `input_bytes` (with
     none, the base inputs serve as the one timing set). Resident reference outputs come first,
     then timing sets: both only save time, since the rest are made again."""
     largest = max(input_bytes, output_bytes, 1)
     slack = max(min_slack_bytes, int(_SLACK_FRACTION * largest))
-    free = budget_bytes - used_bytes
+    free = budget_bytes - used_bytes - model_copy_bytes
     working = 2 * input_bytes + 2 * output_bytes + reference_extra_bytes + slack
     room = free - working
     if room < 0:
-        raise NotEnoughMemory(used_bytes + working, budget_bytes, "one correctness trial of this task")
+        raise NotEnoughMemory(used_bytes + model_copy_bytes + working, budget_bytes, "one correctness trial of this task")
     resident = min(trials, room // max(output_bytes, 1))
     room -= resident * output_bytes
     sets = min(timing_sets, room // max(input_bytes, 1))
     return MemoryPlan(input_bytes, output_bytes, reference_extra_bytes, budget_bytes, used_bytes,
-                      int(resident), int(sets))
+                      int(resident), int(sets), model_copy_bytes)
 
 
 def float64_twin_bytes(plan: MemoryPlan, parameter_bytes: int, min_slack_bytes: int = 0) -> int:

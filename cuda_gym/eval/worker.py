@@ -280,12 +280,15 @@ class _TaskSetup:
         self.output_nbytes = [o.numel() * o.element_size() for o in self.first_output]
         output_bytes = sum(self.output_nbytes)
         extra = (torch.cuda.max_memory_allocated() - with_copy - output_bytes) if device == "cuda" else output_bytes
+        # The candidate's model gets a copy of the weights, and so does the host pairing's reference.
+        weights = memory.tensor_bytes([*self.model.parameters(), *self.model.buffers()])
+        copies = bool(job.get("candidate_source")) + bool(job.get("pair_with_reference"))
         self.plan = memory.plan_memory(
             input_bytes=memory.tensor_bytes(self.base), output_bytes=output_bytes,
             reference_extra_bytes=max(0, int(extra)), used_bytes=used,
             budget_bytes=memory.device_budget_bytes(device, config.get("device_memory_gb")),
             trials=self.trial_count, timing_sets=config["timing_input_sets"],
-            min_slack_bytes=memory.CUDA_SLACK_MIN_BYTES if device == "cuda" else 0)
+            min_slack_bytes=memory.CUDA_SLACK_MIN_BYTES if device == "cuda" else 0, model_copy_bytes=copies * weights)
         self.stats_config = _config_for_stats(config)
         # The fp32 reference against its float64 twin, per trial and output (`_measure_reference_error`).
         self.reference_error: list[list[dict[str, float] | None]] = []

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One device call of the KernelBench identity sweep (issue 12), resumable across calls and sessions:
+# optionally a cold `cuda-gym run` first (COLD_RUN=1), then benchmarks/kernelbench_sweep.py with both
+# baselines, resumed from $PREV_SWEEP with $PREV_BASELINES as the baseline cache, until BUDGET_S
+# seconds of the call are used (no task is started that would end past it; a hard stop at HARD_S).
+# Writes run_cold.json, sweep.json and baselines.json under $OUT: carry them back as the next call's
+# PREV_SWEEP and PREV_BASELINES. From the repo root, with KernelBench at .kb/KernelBench:
+#   PREV_SWEEP=benchmarks/results/kernelbench_sweep_cuda_h200_2026-12-04_both_baselines_partial.json \
+#   PREV_BASELINES=benchmarks/results/baselines_cuda_h200_2026-12-04_s16.json bash benchmarks/h200_sweep.sh
+set -u
+export PYTHONUNBUFFERED=1
+START=$(date +%s)
+OUT=${OUT:-$PWD/h200_out}
+mkdir -p "$OUT"
+if ! python3 -c "import gymnasium" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+export CUDA_GYM_KERNELBENCH=${CUDA_GYM_KERNELBENCH:-$PWD/.kb/KernelBench}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv | tee "$OUT/gpu.txt"
+elapsed() { echo $(( $(date +%s) - START )); }
+if [ "${COLD_RUN:-0}" = 1 ]; then
+  CUDA_GYM_CACHE=/tmp/cg_run_cold TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_run_cold timeout 420 \
+    python3 -m cuda_gym.cli run --backend cuda --out "$OUT/run_cold.json" > "$OUT/run_cold.log" 2>&1
+  echo "cold run rc=$? wall=$(elapsed) s" | tee "$OUT/run_cold_wall.txt"
+  grep -v "it/s\]\|s/it\]" "$OUT/run_cold.log" | tail -30
+fi
+mkdir -p /tmp/cg_sweep
+[ -n "${PREV_BASELINES:-}" ] && cp "$PREV_BASELINES" /tmp/cg_sweep/baselines.json
+[ -n "${PREV_SWEEP:-}" ] && cp "$PREV_SWEEP" "$OUT/sweep.json"
+LEFT_S=$(( ${BUDGET_S:-500} - $(elapsed) ))
+if [ "$LEFT_S" -ge 60 ]; then
+  CUDA_GYM_CACHE=/tmp/cg_sweep TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_sweep \
+    timeout $(( ${HARD_S:-585} - $(elapsed) )) python3 benchmarks/kernelbench_sweep.py --levels "${LEVELS:-1,2,3}" \
+    --max-minutes "$(python3 -c "print(round($LEFT_S / 60, 2))")" --out "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1
+  echo "sweep rc=$?"
+  grep -v "it/s\]\|s/it\]" "$OUT/sweep.log" | tail -25
+fi
+cp /tmp/cg_sweep/baselines.json "$OUT/baselines.json" 2>/dev/null
+echo "call took $(elapsed) s"

@@ -1,0 +1,85 @@
+"""benchmarks/kernelbench_sweep.py on the CPU over a tiny KernelBench-format folder written here: the
+identity candidate comes out correct, the result file carries the fields issue 12 names, and a second
+run resumes from it instead of judging the tasks again."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCALE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return torch.relu(x) * self.factor
+
+
+def get_inputs():
+    return [torch.randn(64, 128)]
+
+
+def get_init_inputs():
+    return [3.0]
+"""
+
+ROW_SUM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x.sum(dim=1)
+
+
+def get_inputs():
+    return [torch.randn(32, 256)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def _sweep(data: Path, out: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "benchmarks" / "kernelbench_sweep.py"), "--kernelbench", str(data),
+               "--levels", "1", "--backend", "cpu", "--no-compile-baseline", "--baseline-workers", "1",
+               "--no-confirm", "--out", str(out)]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_the_sweep_judges_the_identity_and_resumes(tmp_path):
+    level1 = tmp_path / "KernelBench" / "level1"
+    level1.mkdir(parents=True)
+    (level1 / "1_Scaled_ReLU.py").write_text(SCALE)
+    (level1 / "2_Row_Sum.py").write_text(ROW_SUM)
+    out = tmp_path / "sweep.json"
+    first = _sweep(tmp_path, out)
+    assert first.returncode == 0, first.stderr[-2000:]
+    rows = json.loads(out.read_text())["tasks"]
+    assert sorted(r["task_id"] for r in rows) == ["kernelbench/L1/1_Scaled_ReLU", "kernelbench/L1/2_Row_Sum"]
+    for row in rows:
+        assert {"task_id", "error_code", "speedup_vs_eager", "speedup_vs_compile", "peak_device_gib",
+                "seconds"} <= set(row)
+        assert row["error_code"] == "OK", row["message"]
+        assert row["speedup_vs_eager"] > 0 and row["seconds"] > 0
+        assert row["speedup_vs_compile"] is None  # --no-compile-baseline
+    summary = json.loads(out.read_text())["summary"]["1"]
+    assert summary["tried"] == 2 and summary["ok"] == 2
+    assert "level" in first.stdout and "wrote" in first.stdout
+    # Resumed: the rows already there are kept and their tasks not judged again.
+    second = _sweep(tmp_path, out)
+    assert second.returncode == 0, second.stderr[-2000:]
+    again = json.loads(out.read_text())["tasks"]
+    assert [(r["task_id"], r["seconds"]) for r in again] == [(r["task_id"], r["seconds"]) for r in rows]
