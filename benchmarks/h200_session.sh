@@ -4,14 +4,7 @@
 # compile latency. Writes logs and JSON under $OUT (or ./h200_out). Run from the repo root:
 #   bash benchmarks/h200_session.sh
 set -u
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-$PWD/h200_out}
-mkdir -p "$OUT"
-if ! python3 -c "import gymnasium" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
+source benchmarks/h200_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 export CUDA_GYM_TEST_CACHE=/tmp/cg-test-cache CUDA_GYM_PCH_DIR=/tmp/cg-test-cache/pch
 # Which confinement the CUDA driver tolerates; if the eval workers' order fails, the rest of the

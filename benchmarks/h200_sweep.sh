@@ -8,15 +8,8 @@
 #   PREV_SWEEP=benchmarks/results/kernelbench_sweep_cuda_h200_2026-12-04_both_baselines_partial.json \
 #   PREV_BASELINES=benchmarks/results/baselines_cuda_h200_2026-12-04_s16.json bash benchmarks/h200_sweep.sh
 set -u
-export PYTHONUNBUFFERED=1
 START=$(date +%s)
-OUT=${OUT:-$PWD/h200_out}
-mkdir -p "$OUT"
-if ! python3 -c "import gymnasium" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
+source benchmarks/h200_env.sh
 export CUDA_GYM_KERNELBENCH=${CUDA_GYM_KERNELBENCH:-$PWD/.kb/KernelBench}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv | tee "$OUT/gpu.txt"
 elapsed() { echo $(( $(date +%s) - START )); }
