@@ -118,13 +118,16 @@ def main() -> int:
                     "timer_revision": TIMER_REVISION, "confirm_faster": config.confirm_faster,
                     "host_pairing": list(config.host_pairing), "host": platform.node()})
     started = time.monotonic()
-    longest: dict[int, float] = {}  # the longest task of each level in this run, in seconds
+    longest: dict[int, float] = {}  # the longest task of each level so far (resumed rows included), in seconds
+    for row in payload["tasks"]:
+        longest[row["level"]] = max(longest.get(row["level"], 0.0), row["seconds"] or 0.0)
+    stopped = False
     with Evaluator(args.backend, config) as evaluator:
         payload["device"] = evaluator.device_name
         for task in tqdm(todo, desc="sweep", unit="task"):
             if args.max_minutes and time.monotonic() - started + longest.get(task.level, 0.0) > 60 * args.max_minutes:
-                print(f"stopping after {args.max_minutes} min; run again to resume", flush=True)
-                break
+                stopped = True  # a shorter task later in the order may still fit
+                continue
             source = candidate_for(task, folder)
             if source is None:
                 continue
@@ -161,6 +164,8 @@ def main() -> int:
             out.write_text(json.dumps(payload, indent=1))
             tqdm.write(f"{task.id}: {row['error_code']} x{row['speedup_vs_eager'] or 0:.3f} "
                        f"peak {row['peak_device_gib'] or 0:.1f} GiB {row['seconds']:.1f} s")
+    if stopped:
+        print(f"stopped at the {args.max_minutes} min limit; run again to resume", flush=True)
     payload["summary"] = summarize(payload["tasks"])
     out.write_text(json.dumps(payload, indent=1))
     print(f"\n{'level':<6}{'tried':>6}{'OK':>5}{'±2%':>6}{'±3%':>6}{'±10%':>6}{'peak GiB':>10}{'s':>8}")

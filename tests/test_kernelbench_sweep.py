@@ -4,6 +4,7 @@ run resumes from it instead of judging the tasks again."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,11 +53,12 @@ def get_init_inputs():
 """
 
 
-def _sweep(data: Path, out: Path) -> subprocess.CompletedProcess:
+def _sweep(data: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     command = [sys.executable, str(ROOT / "benchmarks" / "kernelbench_sweep.py"), "--kernelbench", str(data),
                "--levels", "1", "--backend", "cpu", "--no-compile-baseline", "--baseline-workers", "1",
-               "--no-confirm", "--out", str(out)]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+               "--no-confirm", "--out", str(out), *extra]
+    env = {**os.environ, "CUDA_GYM_CACHE": str(data / "cache")}  # not the user's cache
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_the_sweep_judges_the_identity_and_resumes(tmp_path):
@@ -83,3 +85,12 @@ def test_the_sweep_judges_the_identity_and_resumes(tmp_path):
     assert second.returncode == 0, second.stderr[-2000:]
     again = json.loads(out.read_text())["tasks"]
     assert [(r["task_id"], r["seconds"]) for r in again] == [(r["task_id"], r["seconds"]) for r in rows]
+    # --max-minutes starts no task that the longest of its level so far (resumed rows included)
+    # would carry past the limit.
+    payload = json.loads(out.read_text())
+    payload["tasks"] = [dict(payload["tasks"][0], seconds=3600.0)]
+    limited = tmp_path / "limited.json"
+    limited.write_text(json.dumps(payload))
+    third = _sweep(tmp_path, limited, "--max-minutes", "30")
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert len(json.loads(limited.read_text())["tasks"]) == 1 and "stopped at the 30.0 min limit" in third.stdout

@@ -128,3 +128,56 @@ def test_draws_whose_reference_is_not_finite_fall_back_to_a_plain_shuffle():
     assert setup.distributions == ["task", "shuffled", "shuffled", "scaled_x3", "shuffled"]
     assert setup.fallback == {2, 4, 7} and len(setup.timing_sets) == 3
     assert all(worker._finite(setup.reference_output(i)) for i in range(8))
+
+
+def test_the_paired_reference_copy_is_dropped_before_the_task_is():
+    # A model with 4 MiB of weights: a budget with room for one copy of them (the candidate's) but
+    # not two keeps the task, plans without the host pairing's copy and says why it is skipped.
+    source = (
+        "import torch\n"
+        "class Model(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.linear = torch.nn.Linear(1024, 1024, bias=False)\n"
+        "    def forward(self, x):\n"
+        "        return self.linear(x)\n"
+        "def get_inputs():\n    return [torch.randn(64, 1024)]\n"
+        "def get_init_inputs():\n    return []\n")
+    config = {"correctness_trials": 5, "timing_input_sets": 3, "warmup_reps": 1, "timing_reps": 5,
+              "timing_min_reps": 3, "timing_budget_s": 0.1, "l2_flush": False, "precision": "fp32",
+              "policy": "strict", "baselines": ["eager"], "device_memory_gb": 1}
+
+    def setup(copies: int, budget_gb: float) -> worker._TaskSetup:
+        job = {"task_id": "t", "task_source": source, "sizes": {}, "seed": 0, "model_copies": copies,
+               "config": dict(config, device_memory_gb=budget_gb)}
+        return worker._TaskSetup(job, "cpu")
+
+    weights = 1024 * 1024 * 4
+    roomy = setup(2, 1.0)
+    assert roomy.plan.model_copy_bytes == 2 * weights and roomy.pairing_unplanned == ""
+    plan = roomy.plan
+    one_trial = (2 * plan.input_bytes + 2 * plan.output_bytes + plan.reference_extra_bytes
+                 + 0.25 * max(plan.input_bytes, plan.output_bytes))
+    tight = setup(2, (one_trial + 1.5 * weights) / 2**30)
+    assert tight.plan.model_copy_bytes == weights
+    assert "does not fit the memory plan" in tight.pairing_unplanned
+    with pytest.raises(NotEnoughMemory):
+        setup(1, (one_trial + 0.5 * weights) / 2**30)  # not even the candidate's copy: TASK_ERROR as before
+
+
+def test_a_task_with_no_room_for_the_paired_copy_is_judged_unpaired(cpu_evaluator):
+    task = get_task("builtin/L2/linear_gelu")
+    config = replace(cpu_evaluator.config, host_pairing=("cpu",), policy="permissive", timing_warmup_s=0.0,
+                     timing_budget_s=0.0, warmup_reps=1, timing_reps=4, timing_min_reps=4)
+    source = task.source + "\n\nclass ModelNew(Model):\n    pass\n"
+    roomy = cpu_evaluator.evaluate(task, source, config=config)
+    assert roomy.ok and "ratio" in roomy.host_pairing, (roomy.message, roomy.host_pairing)
+    plan = roomy.device_memory
+    weights_gib = plan["model_copy_gib"] / 2
+    assert weights_gib > 0
+    one_trial = (2 * plan["input_gib"] + 2 * plan["output_gib"] + plan["reference_extra_gib"]
+                 + 0.25 * max(plan["input_gib"], plan["output_gib"]))
+    tight = cpu_evaluator.evaluate(task, source, config=replace(config, device_memory_gb=one_trial + 1.5 * weights_gib))
+    assert tight.ok, tight.message
+    assert "does not fit the memory plan" in tight.host_pairing["skipped"]
+    assert tight.device_memory["model_copy_gib"] == pytest.approx(weights_gib)

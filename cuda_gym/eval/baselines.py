@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import TIMER_REVISION, EvalConfig
+from .config import PAIRING_ISSUE_RATIO, TIMER_REVISION, EvalConfig
 
 
 def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch_version: str,
@@ -19,7 +19,9 @@ def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch
               config.timing_budget_s, config.l2_flush, config.timing_input_sets, config.cpu_threads,
               config.baseline_workers, TIMER_REVISION, timer, config.timing_warmup_s,
               config.baseline_agreement if config.baseline_workers == 3 else None,  # the stop needs three
-              config.device_bound_issue_ratio if config.baseline_workers > 1 else None)
+              config.device_bound_issue_ratio if config.baseline_workers > 1 else None,
+              # which baselines' torch.compile pairing is skipped as device time (worker._pair_baselines)
+              PAIRING_ISSUE_RATIO if config.host_pairing else None)
     digest = hashlib.sha256(json.dumps([source_hash, sizes, timing], sort_keys=True).encode()).hexdigest()[:16]
     return f"{task_id}|{device}|torch {torch_version}|{config.precision}|{digest}"
 

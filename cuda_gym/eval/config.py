@@ -47,7 +47,7 @@ class EvalConfig:
     # estimator (median, 10th percentile, minimum, fastest round), while two copies of one model timed
     # call by call in alternation in one process agree within 2% (median per-call ratio;
     # benchmarks/results/host_noise_cuda_h200_2026-12-04.json). So unless both the eager baseline and
-    # the candidate are device-bound, the eval worker also times the candidate call by call against a
+    # the candidate are device time (PAIRING_ISSUE_RATIO), the eval worker also times the candidate call by call against a
     # fresh reference instance made before any candidate code ran (timing.time_pairs: secret random
     # order per pair, a fresh input per pair, both outputs checksummed), and the speedups use the
     # median per-pair ratio (EvalResult.compared_candidate_ms). Needs the eager baseline. The backends

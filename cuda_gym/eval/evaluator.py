@@ -432,7 +432,10 @@ class Evaluator:
                     "timing_warmup_s": config.timing_warmup_s,
                     "l2_flush": config.l2_flush, "precision": config.precision, "policy": config.policy,
                     "baselines": list(config.baselines), "device_memory_gb": config.device_memory_gb,
-                    "device_bound_issue_ratio": config.device_bound_issue_ratio}, **extra}
+                    "device_bound_issue_ratio": config.device_bound_issue_ratio},
+                # Weight copies the memory plan reserves (worker._TaskSetup): the candidate's model (or the
+                # baseline's fresh reference) and, where pairing applies, the paired reference.
+                "model_copies": 1 + (backend in config.host_pairing), **extra}
 
     def _baseline_entry(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
         device = self.device_name if backend == "cuda" else f"cpu x{config.cpu_threads or os.cpu_count()}"

@@ -280,15 +280,31 @@ class _TaskSetup:
         self.output_nbytes = [o.numel() * o.element_size() for o in self.first_output]
         output_bytes = sum(self.output_nbytes)
         extra = (torch.cuda.max_memory_allocated() - with_copy - output_bytes) if device == "cuda" else output_bytes
-        # The candidate's model gets a copy of the weights, and so does the host pairing's reference.
+        # Copies of the weights made after the plan (the job's `model_copies`, the same in baseline and
+        # eval jobs so that both keep the same draws resident): the candidate's model or the baseline's
+        # fresh reference, and the host pairing's reference instance. Where that second copy does not
+        # fit, the plan is made without it and the pairing is skipped.
         weights = memory.tensor_bytes([*self.model.parameters(), *self.model.buffers()])
-        copies = bool(job.get("candidate_source")) + bool(job.get("pair_with_reference"))
-        self.plan = memory.plan_memory(
-            input_bytes=memory.tensor_bytes(self.base), output_bytes=output_bytes,
-            reference_extra_bytes=max(0, int(extra)), used_bytes=used,
-            budget_bytes=memory.device_budget_bytes(device, config.get("device_memory_gb")),
-            trials=self.trial_count, timing_sets=config["timing_input_sets"],
-            min_slack_bytes=memory.CUDA_SLACK_MIN_BYTES if device == "cuda" else 0, model_copy_bytes=copies * weights)
+        budget = memory.device_budget_bytes(device, config.get("device_memory_gb"))
+
+        def plan(copies: int) -> memory.MemoryPlan:
+            return memory.plan_memory(
+                input_bytes=memory.tensor_bytes(self.base), output_bytes=output_bytes,
+                reference_extra_bytes=max(0, int(extra)), used_bytes=used, budget_bytes=budget,
+                trials=self.trial_count, timing_sets=config["timing_input_sets"],
+                min_slack_bytes=memory.CUDA_SLACK_MIN_BYTES if device == "cuda" else 0,
+                model_copy_bytes=copies * weights)
+
+        copies = int(job.get("model_copies", 1))
+        self.pairing_unplanned = ""
+        try:
+            self.plan = plan(copies)
+        except memory.NotEnoughMemory:
+            if copies < 2:
+                raise
+            self.plan = plan(1)
+            self.pairing_unplanned = (f"the paired reference's copy of the weights ({weights / memory.GIB:.2f} GiB) "
+                                      "does not fit the memory plan")
         self.stats_config = _config_for_stats(config)
         # The fp32 reference against its float64 twin, per trial and output (`_measure_reference_error`).
         self.reference_error: list[list[dict[str, float] | None]] = []
@@ -973,6 +989,9 @@ class _PairedReference:
         self.reference_device_time = bool(job.get("reference_device_time"))
         self.reference_ms = float(job.get("reference_ms") or 0.0)
         self.model = None
+        if setup.pairing_unplanned:
+            self.error = setup.pairing_unplanned
+            return
         rotate = all(any(shifts) or not any(isinstance(v, torch.Tensor) and v.numel() > 1
                                             for v in setup.timing_sets[which]) for which, shifts in variants)
         if not rotate:
@@ -1017,7 +1036,7 @@ class _PairedReference:
             return {"skipped": self.error}
         if self.reference_device_time and _device_bound(config, stats.method, stats.detail, PAIRING_ISSUE_RATIO):
             return {"skipped": "the candidate's and the reference's timings are device time (held, issued within "
-                               "it): the host's speed cannot move them"}
+                               "it): the pairing corrects host speed, and neither timing is host time"}
         if PAIRS[0] * (stats.median_ms + self.reference_ms) > 1000 * PAIR_TIME_LIMIT_S:
             return {"skipped": f"{PAIRS[0]} pairs would take more than {PAIR_TIME_LIMIT_S:g} s"}
         changed = self._changed()
