@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import platform
 import statistics
 import sys
@@ -39,6 +40,10 @@ def candidate_for(task, folder: Path | None) -> str | None:
     return None
 
 
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
 def summarize(rows: list[dict]) -> dict:
     levels: dict = {}
     for level in sorted({r["level"] for r in rows}):
@@ -52,6 +57,8 @@ def summarize(rows: list[dict]) -> dict:
             "eager_within_3pct": sum(abs(s - 1) <= 0.03 for s in eager),
             "eager_within_10pct": sum(abs(s - 1) <= 0.10 for s in eager),
             "median_speedup_vs_eager": statistics.median(eager) if eager else None,
+            # For the identity, how the reference itself fares against torch.compile (no target).
+            "geomean_speedup_vs_compile": _geomean([r["speedup_vs_compile"] for r in ok if r.get("speedup_vs_compile")]),
             "max_peak_device_gib": max((r.get("peak_device_gib") or 0 for r in mine), default=0),
             "seconds": round(sum(r["seconds"] for r in mine), 1),
         }
@@ -168,10 +175,12 @@ def main() -> int:
         print(f"stopped at the {args.max_minutes} min limit; run again to resume", flush=True)
     payload["summary"] = summarize(payload["tasks"])
     out.write_text(json.dumps(payload, indent=1))
-    print(f"\n{'level':<6}{'tried':>6}{'OK':>5}{'±2%':>6}{'±3%':>6}{'±10%':>6}{'peak GiB':>10}{'s':>8}")
+    print(f"\n{'level':<6}{'tried':>6}{'OK':>5}{'±2%':>6}{'±3%':>6}{'±10%':>6}{'vs compile':>11}{'peak GiB':>10}{'s':>8}")
     for level, row in payload["summary"].items():
+        compiled = row["geomean_speedup_vs_compile"]
         print(f"{level:<6}{row['tried']:>6}{row['ok']:>5}{row['eager_within_2pct']:>6}{row['eager_within_3pct']:>6}"
-              f"{row['eager_within_10pct']:>6}{row['max_peak_device_gib']:>10.1f}{row['seconds']:>8.0f}")
+              f"{row['eager_within_10pct']:>6}{f'{compiled:.3f}' if compiled else '-':>11}"
+              f"{row['max_peak_device_gib']:>10.1f}{row['seconds']:>8.0f}")
     print(f"wrote {out}")
     return 0
 

@@ -78,7 +78,7 @@ def test_the_sweep_judges_the_identity_and_resumes(tmp_path):
         assert row["speedup_vs_eager"] > 0 and row["seconds"] > 0
         assert row["speedup_vs_compile"] is None  # --no-compile-baseline
     summary = json.loads(out.read_text())["summary"]["1"]
-    assert summary["tried"] == 2 and summary["ok"] == 2
+    assert summary["tried"] == 2 and summary["ok"] == 2 and summary["geomean_speedup_vs_compile"] is None
     assert "level" in first.stdout and "wrote" in first.stdout
     # Resumed: the rows already there are kept and their tasks not judged again.
     second = _sweep(tmp_path, out)
