@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import platform
 import statistics
 import sys
@@ -40,11 +39,9 @@ def candidate_for(task, folder: Path | None) -> str | None:
     return None
 
 
-def _geomean(values: list[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 def summarize(rows: list[dict]) -> dict:
+    from cuda_gym.leaderboard.metrics import geomean
+
     levels: dict = {}
     for level in sorted({r["level"] for r in rows}):
         mine = [r for r in rows if r["level"] == level]
@@ -58,7 +55,7 @@ def summarize(rows: list[dict]) -> dict:
             "eager_within_10pct": sum(abs(s - 1) <= 0.10 for s in eager),
             "median_speedup_vs_eager": statistics.median(eager) if eager else None,
             # For the identity, how the reference itself fares against torch.compile (no target).
-            "geomean_speedup_vs_compile": _geomean([r["speedup_vs_compile"] for r in ok if r.get("speedup_vs_compile")]),
+            "geomean_speedup_vs_compile": geomean(r["speedup_vs_compile"] for r in ok if r.get("speedup_vs_compile")),
             "max_peak_device_gib": max((r.get("peak_device_gib") or 0 for r in mine), default=0),
             "seconds": round(sum(r["seconds"] for r in mine), 1),
         }

@@ -10,7 +10,7 @@ import pytest
 
 from cuda_gym.eval import ErrorCode, EvalConfig, EvalResult, Evaluator, TimingStats, milestone_reward
 from cuda_gym.eval import evaluator as evaluator_module
-from cuda_gym.eval.config import PAIRING_ISSUE_RATIO
+from cuda_gym.eval.config import device_time
 from cuda_gym.eval.baselines import merge_entries
 from cuda_gym.eval.evaluator import _workers_agree
 from cuda_gym.eval.reward import claims_milestone
@@ -171,16 +171,16 @@ def test_a_timing_is_device_bound_only_when_held_and_issued_well_within_its_devi
     assert not config.device_bound("cuda_event_held", {}) and not config.device_bound(None, None)
     assert not config.replace(device_bound_issue_ratio=0.0).device_bound("cuda_event_held", held)  # off
     # The host pairing's rule (config.PAIRING_ISSUE_RATIO): device time whenever the issue fits within it.
-    assert config.device_bound("cuda_event_held", held | {"held_issue_ms": 1.2}, PAIRING_ISSUE_RATIO)
-    assert not config.device_bound("cuda_event_held", held | {"held_issue_ms": 2.2}, PAIRING_ISSUE_RATIO)
-    assert not config.device_bound("cuda_event", held, PAIRING_ISSUE_RATIO)
+    assert device_time("cuda_event_held", held | {"held_issue_ms": 1.2})
+    assert not device_time("cuda_event_held", held | {"held_issue_ms": 2.2})
+    assert not device_time("cuda_event", held)
     with pytest.raises(ValueError):
         EvalConfig(device_bound_issue_ratio=1.5)
 
 
 def test_a_device_bound_baseline_is_timed_in_one_worker(tmp_path, monkeypatch):
     # CPU times are never device-bound; the rule's outcome is forced to see the evaluator follow it.
-    monkeypatch.setattr(EvalConfig, "device_bound", lambda self, method, detail, issue_ratio=None: True)
+    monkeypatch.setattr(EvalConfig, "device_bound", lambda self, method, detail: True)
     config = TEST_CONFIG.replace(baseline_workers=3, baseline_agreement=0.0)
     with Evaluator("cpu", config, cache_dir=tmp_path) as evaluator:
         times = evaluator.baselines(get_task(GELU_TASK))
@@ -491,7 +491,7 @@ def test_no_claim_no_second_worker(cpu_evaluator, monkeypatch):
     again = cpu_evaluator.evaluate(task, source, config=config)
     assert again.ok and judged == [1, 1, 1] and len(again.candidate_worker_medians_ms) == 2
     # A device-bound claim is not judged again: the host cannot move its time.
-    monkeypatch.setattr(EvalConfig, "device_bound", lambda self, method, detail, issue_ratio=None: True)
+    monkeypatch.setattr(EvalConfig, "device_bound", lambda self, method, detail: True)
     held = cpu_evaluator.evaluate(task, source, config=config)
     assert held.ok and judged == [1, 1, 1, 1] and held.candidate_worker_medians_ms == []
 

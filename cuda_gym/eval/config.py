@@ -16,6 +16,19 @@ TIMER_REVISION = 4  # bumped when the timer changes what it measures; part of th
 PAIRING_ISSUE_RATIO = 1.0
 
 
+def _held_within(method: str | None, detail: dict | None, ratio: float) -> bool:
+    """A timing held, and issued in less than `ratio` of its device time."""
+    detail = detail or {}
+    device_ms, issue_ms = detail.get("held_device_ms"), detail.get("held_issue_ms")
+    return method == "cuda_event_held" and bool(device_ms) and issue_ms is not None and issue_ms < ratio * device_ms
+
+
+def device_time(method: str | None, detail: dict | None) -> bool:
+    """Whether a timing (its `TimingStats.method` and `.detail`) is device time for the host pairing:
+    held, and issued within its device time (PAIRING_ISSUE_RATIO)."""
+    return _held_within(method, detail, PAIRING_ISSUE_RATIO)
+
+
 def held_timing_enabled() -> bool:
     """CUDA timing with held repeats (cuda_gym/eval/timing.py), unless CUDA_GYM_TIMER_HOLD=0."""
     return os.environ.get("CUDA_GYM_TIMER_HOLD", "1") != "0"
@@ -106,15 +119,10 @@ class EvalConfig:
         if self.correctness_trials < 2:
             raise ValueError("correctness_trials must be >= 2 (one draw cannot detect caching)")
 
-    def device_bound(self, method: str | None, detail: dict | None, issue_ratio: float | None = None) -> bool:
+    def device_bound(self, method: str | None, detail: dict | None) -> bool:
         """Whether a timing (its `TimingStats.method` and `.detail`) is device-bound, as defined at
-        `device_bound_issue_ratio` (or `issue_ratio`): held, and issued in less than that fraction
-        of its device time."""
-        detail = detail or {}
-        device_ms, issue_ms = detail.get("held_device_ms"), detail.get("held_issue_ms")
-        ratio = self.device_bound_issue_ratio if issue_ratio is None else issue_ratio
-        return (method == "cuda_event_held" and bool(device_ms) and issue_ms is not None
-                and issue_ms < ratio * device_ms)
+        `device_bound_issue_ratio`: held, and issued in less than that fraction of its device time."""
+        return _held_within(method, detail, self.device_bound_issue_ratio)
 
     def replace(self, **changes) -> "EvalConfig":
         return dataclasses.replace(self, **changes)

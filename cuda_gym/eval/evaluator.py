@@ -30,7 +30,7 @@ import numpy as np
 from ..tasks.task import Task
 from .baselines import BaselineCache, baseline_key
 from .candidate import Candidate, InvalidCandidate, parse_candidate
-from .config import PAIRING_ISSUE_RATIO, EvalConfig, held_timing_enabled
+from .config import EvalConfig, device_time, held_timing_enabled
 from .correctness import ToleranceFloor, compare, degeneracy, judge_stats, tolerance_floor
 from .logs import trim_compile_log
 from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
@@ -560,8 +560,7 @@ class Evaluator:
                 run_job(worker, self._job(task, backend, config, candidate_source=candidate.source, env=env,
                                           channel_key=key.hex(), pair_with_reference=pair,
                                           reference_ms=eager.median_ms if pair else None,
-                                          reference_device_time=pair and config.device_bound(eager.method, eager.detail,
-                                                                                        PAIRING_ISSUE_RATIO)),
+                                          reference_device_time=pair and device_time(eager.method, eager.detail)),
                         config.eval_timeout_s, judge.on_message)
             except WorkerTimeout:
                 judge.verdict(ErrorCode.TIMEOUT, f"the evaluation ran past {config.eval_timeout_s:g} s and was "

@@ -41,7 +41,7 @@ import torch.utils.cpp_extension  # noqa: F401
 
 from ..tasks.task import load_task_namespace
 from . import fastbuild, guard, memory, protocol, sandbox
-from .config import PAIRING_ISSUE_RATIO, EvalConfig
+from .config import EvalConfig, device_time
 from .correctness import (Draw, ToleranceFloor, draw_label, flatten_outputs, make_draw, output_stats, reshuffle,
                           tolerance_floor)
 from .timing import MAX_EXTRA_WARMUPS, PAIRS, ReferenceCallFailed, Timer, prepare_hold, time_pairs
@@ -284,7 +284,7 @@ class _TaskSetup:
         # eval jobs so that both keep the same draws resident): the candidate's model or the baseline's
         # fresh reference, and the host pairing's reference instance. Where that second copy does not
         # fit, the plan is made without it and the pairing is skipped.
-        weights = memory.tensor_bytes([*self.model.parameters(), *self.model.buffers()])
+        self.weight_bytes = weights = memory.tensor_bytes([*self.model.parameters(), *self.model.buffers()])
         budget = memory.device_budget_bytes(device, config.get("device_memory_gb"))
 
         def plan(copies: int) -> memory.MemoryPlan:
@@ -363,8 +363,7 @@ class _TaskSetup:
     def _float64_twin(self) -> torch.nn.Module | None:
         """A float64 copy of the reference model (the same weights), or None, with
         `reference_error_skipped` saying why: it would not fit the memory plan, or copying failed."""
-        parameter_bytes = memory.tensor_bytes([*self.model.parameters(), *self.model.buffers()])
-        fits, why = memory.float64_twin_fits(self.plan, parameter_bytes,
+        fits, why = memory.float64_twin_fits(self.plan, self.weight_bytes,
                                              memory.CUDA_SLACK_MIN_BYTES if self.device == "cuda" else 0)
         if not fits:
             self.reference_error_skipped = why
@@ -567,10 +566,9 @@ def _config_for_stats(config: dict) -> EvalConfig:
     return EvalConfig(precision=config["precision"])
 
 
-def _device_bound(config: dict, method: str | None, detail: dict | None, issue_ratio: float | None = None) -> bool:
-    """EvalConfig.device_bound under the job's `device_bound_issue_ratio` (or `issue_ratio`)."""
-    return EvalConfig(device_bound_issue_ratio=config["device_bound_issue_ratio"]).device_bound(method, detail,
-                                                                                                  issue_ratio)
+def _device_bound(config: dict, method: str | None, detail: dict | None) -> bool:
+    """EvalConfig.device_bound under the job's `device_bound_issue_ratio`."""
+    return EvalConfig(device_bound_issue_ratio=config["device_bound_issue_ratio"]).device_bound(method, detail)
 
 
 def _stats_meta(stats: Any) -> dict:
@@ -741,11 +739,10 @@ def _pair_baselines(compiled: Any, model: Any, setup: _TaskSetup, device: str, c
                     result: dict) -> dict[str, Any]:
     """EvalConfig.host_pairing for the baselines: torch.compile's model and the eager one timed call
     by call in this worker (timing.time_pairs; no candidate code here, so no checks), unless both
-    timings are device time (config.PAIRING_ISSUE_RATIO). {"eager_over_compile": the median per-pair ratio, "pairs"}, or
+    timings are device time (config.device_time). {"eager_over_compile": the median per-pair ratio, "pairs"}, or
     {"skipped": why}: a candidate's paired ratio against eager, divided by this, is its speedup
     over torch.compile under the same host speed."""
-    if all(_device_bound(config, result[name]["method"], result[name].get("detail"), PAIRING_ISSUE_RATIO)
-           for name in ("eager", "compile")):
+    if all(device_time(result[name]["method"], result[name].get("detail")) for name in ("eager", "compile")):
         return {"skipped": "both baselines' timings are device time (held, issued within it)"}
     live = [_clone(v) for v in setup.timing_sets[0]]
 
@@ -1034,7 +1031,7 @@ class _PairedReference:
     def time(self, model: Any, stats: Any, probe: _Probe, audit: _Audit, config: dict) -> dict:
         if self.model is None:
             return {"skipped": self.error}
-        if self.reference_device_time and _device_bound(config, stats.method, stats.detail, PAIRING_ISSUE_RATIO):
+        if self.reference_device_time and device_time(stats.method, stats.detail):
             return {"skipped": "the candidate's and the reference's timings are device time (held, issued within "
                                "it): the pairing corrects host speed, and neither timing is host time"}
         if PAIRS[0] * (stats.median_ms + self.reference_ms) > 1000 * PAIR_TIME_LIMIT_S:
