@@ -44,6 +44,12 @@ EVALUATOR_VERSION = "0.1"
 _INTERNAL_KERNEL_MARKERS = ("at::", "c10::")
 BUILD_CACHE_LIMIT = 2000  # build directories kept; the oldest are removed beyond this
 COMPILER_FILE_MB = 512.0  # file-size cap of workers that run a compiler (build, baseline)
+# Spare workers the pool starts together per backend and role once the last is taken (pool.py). A
+# CUDA worker's start (fork, CUDA context, warm-up kernels) took about 1 s on the H200, and every
+# job waited for it: the eval job for its spare (settle) and the baseline job for a fresh worker.
+# With several started together on a many-core host, most jobs find one ready. Idle spares cost
+# memory only (a CUDA context each). On the 2-core CPU one start is cheap and a batch would not be.
+SPARE_WORKERS = {"cuda": {"eval": 3, "baseline": 2}, "cpu": {"eval": 1, "baseline": 0}}
 
 
 def default_cache_dir() -> Path:
@@ -362,7 +368,7 @@ class Evaluator:
         started = time.monotonic()
         with self._build_slots:
             worker = self._pool.acquire(self._spec("build", backend, config, env | {"CUDA_VISIBLE_DEVICES": ""}),
-                                        keep_spare=False)
+                                        spares=0)
             outcome: dict[str, Any] = {}
 
             def on_message(message: Message) -> bool:
@@ -454,7 +460,7 @@ class Evaluator:
                 self._pool.settle()  # no spare warms up while the baselines are timed
                 settled = time.perf_counter()
                 worker = self._pool.acquire(self._spec("baseline", backend, config, self._base_env(backend)),
-                                            keep_spare=False)
+                                            spares=SPARE_WORKERS[backend]["baseline"])
                 try:
                     run_job(worker, self._job(task, backend, config, env=self._base_env(backend),
                                               pair_baselines=pair_baselines),
@@ -553,7 +559,8 @@ class Evaluator:
         with self._device_slot:
             self._pool.settle()  # no spare warms up while this candidate is on the device
             judge.started = time.monotonic()
-            worker = self._pool.acquire(self._spec("eval", backend, config, self._base_env(backend)))
+            worker = self._pool.acquire(self._spec("eval", backend, config, self._base_env(backend)),
+                                        spares=SPARE_WORKERS[backend]["eval"])
             try:
                 eager = result.eager_time
                 pair = backend in config.host_pairing and eager is not None

@@ -1,10 +1,12 @@
 """Worker processes: started from a fork server with torch imported, killed with their group.
 
-`WorkerPool` keeps one warm spare per (backend, role) so that a job need not wait for a process to
+`WorkerPool` keeps warm spares per (backend, role) so that a job need not wait for a process to
 start, import torch or create a CUDA context. A spare warms up only while the device is idle: the
 evaluator starts replacements (`replenish`) after a job on the device has finished, and `settle`
 waits for every warming spare before the next job uses the device, so no spare's context creation
-or warm-up kernels share the device with timed kernels. Every worker runs exactly one job and
+or warm-up kernels share the device with timed kernels. Where a role keeps several spares, they are
+started together once the last is taken, so several jobs in a row find one ready and wait for no
+start at all (on a many-core host, several start in about the time of one). Every worker runs exactly one job and
 exits, so nothing a candidate did to its process (patched functions, CUDA errors, leaked memory)
 can reach the next candidate.
 """
@@ -260,12 +262,12 @@ def wait_for_reaped(timeout_s: float = 15.0) -> None:
 
 
 class WorkerPool:
-    """Hands out ready workers; keeps one spare per spec key warming up in the background."""
+    """Hands out ready workers; keeps spares per spec key warming up in the background."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._spares: dict[tuple, Worker] = {}
-        self._wanted: dict[tuple, WorkerSpec] = {}
+        self._spares: dict[tuple, list[Worker]] = {}
+        self._wanted: dict[tuple, tuple[WorkerSpec, int]] = {}  # key -> (spec, spares started at once)
         self._closed = False
 
     @staticmethod
@@ -273,13 +275,15 @@ class WorkerPool:
         return (spec.role, spec.backend, spec.isolate_network, spec.max_file_mb, spec.address_space_gb,
                 spec.cpu_threads, str(spec.root), tuple(sorted(spec.env.items())))
 
-    def acquire(self, spec: WorkerSpec, *, keep_spare: bool = True) -> Worker:
-        """The spare for `spec` (or a new worker). With `keep_spare`, `replenish()` starts the next."""
+    def acquire(self, spec: WorkerSpec, *, spares: int = 1) -> Worker:
+        """The oldest spare for `spec` (or a new worker). With `spares` > 0, `replenish()` starts
+        that many together once none is left."""
         key = self._key(spec)
         with self._lock:
-            worker = self._spares.pop(key, None)
-            if keep_spare and not self._closed:
-                self._wanted[key] = spec
+            stock = self._spares.get(key) or []
+            worker = stock.pop(0) if stock else None
+            if spares > 0 and not self._closed:
+                self._wanted[key] = (spec, spares)
         if worker is None or worker.process.exitcode is not None:
             if worker is not None:
                 worker.kill()
@@ -287,13 +291,13 @@ class WorkerPool:
         return worker
 
     def replenish(self) -> None:
-        """Start a spare for every spec acquired with keep_spare that has none."""
+        """For every spec acquired with spares whose spares are all taken, start them again."""
         with self._lock:
             if self._closed:
                 return
-            for key, spec in self._wanted.items():
-                if key not in self._spares:
-                    self._spares[key] = Worker(spec)
+            for key, (spec, count) in self._wanted.items():
+                if not self._spares.get(key):
+                    self._spares[key] = [Worker(spec) for _ in range(count)]
 
     def settle(self, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
         """Wait until no spare is still warming up. A spare that dies or is not ready in time is
@@ -301,20 +305,22 @@ class WorkerPool:
         held, so no job takes a spare meanwhile."""
         wait_for_reaped()  # the last job's worker is gone (its memory freed) before the device is used again
         with self._lock:
-            spares = list(self._spares.items())
+            spares = [(key, worker) for key, stock in self._spares.items() for worker in stock]
         for key, worker in spares:
             try:
                 worker.wait_ready(timeout_s)
             except (WorkerDied, WorkerTimeout):
                 with self._lock:
-                    if self._spares.get(key) is worker:
-                        del self._spares[key]
+                    stock = self._spares.get(key) or []
+                    if worker in stock:
+                        stock.remove(worker)
                 worker.kill()
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            spares, self._spares = list(self._spares.values()), {}
+            spares = [worker for stock in self._spares.values() for worker in stock]
+            self._spares = {}
         for worker in spares:
             worker.kill()
         wait_for_reaped()
