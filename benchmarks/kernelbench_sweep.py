@@ -83,6 +83,10 @@ def main() -> int:
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="stop between tasks before this long: a task is not started when the longest one "
                              "of its level so far would end past it")
+    parser.add_argument("--prewarm", type=int, default=None,
+                        help="compile this many tasks' torch.compile baselines at once before they are timed "
+                             "(Evaluator.prewarm; default half the cores, at most 8; 1 turns it off)")
+    parser.add_argument("--prewarm-chunk", type=int, default=16, help="tasks prewarmed together")
     parser.add_argument("--out", required=True, help="result JSON (resumed when it exists)")
     args = parser.parse_args()
 
@@ -128,13 +132,23 @@ def main() -> int:
     stopped = False
     with Evaluator(args.backend, config) as evaluator:
         payload["device"] = evaluator.device_name
-        for task in tqdm(todo, desc="sweep", unit="task"):
+        prewarmed: set[str] = set()
+        for position, task in enumerate(tqdm(todo, desc="sweep", unit="task")):
             if args.max_minutes and time.monotonic() - started + longest.get(task.level, 0.0) > 60 * args.max_minutes:
                 stopped = True  # a shorter task later in the order may still fit
                 continue
             source = candidate_for(task, folder)
             if source is None:
                 continue
+            if task.id not in prewarmed:
+                # The next tasks' torch.compile baselines compiled side by side before they are timed.
+                chunk = [t for t in todo[position:position + args.prewarm_chunk] if t.id not in prewarmed]
+                prewarm_started = time.monotonic()
+                failures = {k: v for k, v in evaluator.prewarm(chunk, parallel=args.prewarm).items() if v}
+                prewarmed.update(t.id for t in chunk)
+                if time.monotonic() - prewarm_started > 0.5:
+                    payload.setdefault("prewarm", []).append({"tasks": len(chunk), "failed": failures,
+                                                              "seconds": round(time.monotonic() - prewarm_started, 2)})
             task_started = time.monotonic()
             result = evaluator.evaluate(task, source)
             base = evaluator.baselines(task)

@@ -8,6 +8,7 @@ import json
 import math
 import platform
 import sys
+import time
 from collections import defaultdict
 from concurrent.futures import as_completed
 from pathlib import Path
@@ -108,6 +109,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return 2
         print(f"cuda-gym run: {len(tasks)} reference solutions on {backend} ({evaluator.device_name}), "
               f"baselines: {', '.join(config.baselines)}")
+        prewarm_started = time.monotonic()
+        failed = {k: v for k, v in evaluator.prewarm(tasks).items() if v}
+        if time.monotonic() - prewarm_started > 1:
+            print(f"torch.compile baselines compiled side by side in {time.monotonic() - prewarm_started:.0f} s"
+                  + (f" ({len(failed)} failed; their baseline workers compile them)" if failed else ""))
         futures = {evaluator.submit(t, solution_path(t, backend).read_text(encoding="utf-8")): t for t in tasks}
         results = []
         for future in tqdm(as_completed(futures), total=len(futures), desc="evaluating", unit="task"):

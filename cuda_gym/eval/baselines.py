@@ -52,6 +52,12 @@ class BaselineCache:
             except (OSError, ValueError):
                 self._entries = {}  # a damaged cache is only a cache: measure again
 
+    def cached(self, key: str, needed: tuple[str, ...]) -> bool:
+        """Whether `get(key, ..., needed)` would be answered from the file without measuring."""
+        with self._lock:
+            entry = self._entries.get(key)
+        return entry is not None and all(name in entry for name in needed)
+
     def get(self, key: str, compute: Callable[[], dict[str, Any]], needed: tuple[str, ...]) -> dict[str, Any]:
         with self._lock:
             lock = self._key_locks.setdefault(key, threading.Lock())

@@ -72,6 +72,9 @@ class _ClusterBaselines:
         self.store = store
         self.owner = owner
 
+    def cached(self, key: str, needed: tuple[str, ...]) -> bool:
+        return self.local.cached(key, needed)  # the store may hold it too; a prewarm then costs a little
+
     def get(self, key: str, compute, needed: tuple[str, ...]) -> dict[str, Any]:
         ray = _ray()
         while True:

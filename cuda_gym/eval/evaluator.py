@@ -33,7 +33,7 @@ from .candidate import Candidate, InvalidCandidate, parse_candidate
 from .config import EvalConfig, device_time, held_timing_enabled
 from .correctness import ToleranceFloor, compare, degeneracy, judge_stats, tolerance_floor
 from .logs import trim_compile_log
-from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
+from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job, wait_for_reaped
 from . import sandbox
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
@@ -146,6 +146,45 @@ class Evaluator:
             "worker_methods": {name: entry.get(f"{name}_worker_methods") for name in ("eager", "compile")},
             "worker_wall_s": entry.get("worker_wall_s", []), "compile_pairing": entry.get("compile_pairing", {}),
             "compile_pairings": entry.get("compile_pairings", [])}
+
+    def prewarm(self, tasks: list[Task], *, backend: str | None = None, config: EvalConfig | None = None,
+                parallel: int | None = None) -> dict[str, str]:
+        """Compile the torch.compile baseline of every task in `tasks` whose baselines are not cached
+        yet, `parallel` tasks at once, before any of them is timed: each task's baseline workers then
+        find its compiled code in the shared inductor cache instead of compiling it while the device
+        waits (on the H200 a level-3 model's first compile took 14-39 s, a later worker's 2-7 s).
+        Nothing is timed meanwhile: the device slot is held throughout. Only worth it where compiles
+        can run side by side (default `parallel`: half the cores, at most 8; 1 or fewer does
+        nothing). Returns {task id: "" or why its prewarm failed}; a failure costs nothing but the
+        time (the baseline worker compiles it then, and reports its own errors)."""
+        backend = self._check_backend(backend)
+        config = config or self.config
+        parallel = parallel if parallel is not None else min(8, (os.cpu_count() or 2) // 2)
+        cached = getattr(self._baselines, "cached", lambda key, needed: False)
+        needed = self._baselines_needed(backend, config)
+        todo = [t for t in tasks if not cached(self._baseline_key(t, backend, config), needed)]
+        if "compile" not in config.baselines or parallel <= 1 or not todo:
+            return {}
+        spec = self._spec("baseline", backend, config, self._base_env(backend))
+
+        def prewarm_one(task: Task) -> str:
+            worker = Worker(spec)
+            outcome: dict[str, Any] = {}
+            try:
+                run_job(worker, self._job(task, backend, config, prewarm=True), config.baseline_timeout_s,
+                        lambda m: outcome.setdefault(m.kind, m.meta) is not None)
+            except (WorkerTimeout, WorkerDied) as exc:
+                return f"{type(exc).__name__}: {exc}"
+            finally:
+                worker.kill()
+            return "" if "prewarm" in outcome else str((outcome.get("error") or {}).get("message", "no result"))[:300]
+
+        with self._device_slot:
+            self._pool.settle()
+            with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="cuda-gym-prewarm") as pool:
+                outcomes = dict(zip([t.id for t in todo], pool.map(prewarm_one, todo)))
+            wait_for_reaped()
+        return outcomes
 
     def wait_until_warm(self) -> None:
         """Block until the spare workers have started (interpreter, CUDA context, warm-up kernels).
@@ -443,10 +482,20 @@ class Evaluator:
                 # baseline's fresh reference) and, where pairing applies, the paired reference.
                 "model_copies": 1 + (backend in config.host_pairing), **extra}
 
-    def _baseline_entry(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
+    def _baseline_key(self, task: Task, backend: str, config: EvalConfig) -> str:
         device = self.device_name if backend == "cuda" else f"cpu x{config.cpu_threads or os.cpu_count()}"
         timer = "held" if backend == "cuda" and self.held_timing else "open"
-        key = baseline_key(task.id, task.source_hash, task.sizes_for(backend), device, self.torch_version, config, timer)
+        return baseline_key(task.id, task.source_hash, task.sizes_for(backend), device, self.torch_version, config, timer)
+
+    @staticmethod
+    def _baselines_needed(backend: str, config: EvalConfig) -> tuple[str, ...]:
+        """What a cached baseline entry must hold to be used as it is."""
+        needed = (*config.baselines, "profiles") if backend == "cuda" and config.baselines else tuple(config.baselines)
+        pair_baselines = backend in config.host_pairing and {"eager", "compile"} <= set(config.baselines)
+        return (*needed, "compile_pairing") if pair_baselines else needed
+
+    def _baseline_entry(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
+        key = self._baseline_key(task, backend, config)
         pair_baselines = backend in config.host_pairing and {"eager", "compile"} <= set(config.baselines)
 
         def measure_once() -> tuple[dict[str, Any], str]:
@@ -548,8 +597,7 @@ class Evaluator:
                                             next(iter(entry.get("compile_pairings", [])), {"skipped": "not measured"}))
             return entry
 
-        needed = (*config.baselines, "profiles") if backend == "cuda" and config.baselines else tuple(config.baselines)
-        return self._baselines.get(key, compute, (*needed, "compile_pairing") if pair_baselines else needed)
+        return self._baselines.get(key, compute, self._baselines_needed(backend, config))
 
     # -------------------------------------------------------------------------------------- judge
     def _judge(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],

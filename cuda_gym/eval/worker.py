@@ -735,6 +735,23 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
         channel.send("baseline_profiles", {"profiles": profiles, "errors": errors, "phase_s": clock.phases})
 
 
+def _run_prewarm(channel: _Channel, job: dict, device: str) -> None:
+    """torch.compile's first call of the task's reference, untimed, so that the task's baseline
+    workers later find its compiled code in the shared inductor cache (Evaluator.prewarm). The same
+    model, input shapes and precision flags as the baseline worker's compile, so the same cache key."""
+    started = time.perf_counter()
+    namespace = load_task_namespace(job["task_source"], job["sizes"], job["task_id"])
+    with torch.device(device):
+        torch.manual_seed(job["seed"])
+        model = namespace["Model"](*namespace["get_init_inputs"]()).to(device).eval()
+        torch.manual_seed(job["seed"] + 1)
+        inputs = [_to_device(v, device) for v in namespace["get_inputs"]()]
+    with torch.no_grad():
+        torch.compile(model)(*inputs)
+    _sync(device)
+    channel.send("prewarm", {"seconds": round(time.perf_counter() - started, 3)})
+
+
 def _pair_baselines(compiled: Any, model: Any, setup: _TaskSetup, device: str, config: dict,
                     result: dict) -> dict[str, Any]:
     """EvalConfig.host_pairing for the baselines: torch.compile's model and the eager one timed call
@@ -1167,6 +1184,8 @@ def worker_main(conn: Any, setup: dict) -> None:
         _set_precision(job["config"]["precision"])
         if setup["role"] == "build":
             _run_build(channel, job)
+        elif setup["role"] == "baseline" and job.get("prewarm"):
+            _run_prewarm(channel, job, backend)
         elif setup["role"] == "baseline":
             _run_baseline(channel, job, backend)
         else:
