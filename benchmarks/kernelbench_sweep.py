@@ -169,6 +169,7 @@ def main() -> int:
                 "baseline_worker_medians_ms": base.get("worker_medians_ms"),
                 "baseline_worker_methods": base.get("worker_methods"),
                 "baseline_worker_wall_s": base.get("worker_wall_s"),
+                "baseline_compile_cache": base.get("compile_cache"),
                 "eval_seconds": result.eval_seconds, "build_seconds": result.compile_seconds,
                 "flags": result.flags, "memory": result.device_memory,
                 "baseline_workers": config.baseline_workers, "timer_revision": TIMER_REVISION,

@@ -137,7 +137,8 @@ class Evaluator:
         the order run}, 'worker_wall_s': [per worker: seconds waiting for spares ('settle'), the whole
         job ('job', process start included) and the worker's own phases], 'compile_pairing': eager's
         paired ratio to torch.compile, the median over the workers (the lower of two), or why none (`EvalResult.compile_pairing`;
-        'compile_pairings': every worker's), cached with the times}."""
+        'compile_pairings': every worker's), 'compile_cache': per worker, inductor's graph-cache hits and
+        misses in its torch.compile warm-up (`prewarm`), cached with the times}."""
         backend = self._check_backend(backend)
         entry = self._baseline_entry(task, backend, config or self.config)
         return {name: (TimingStats(**entry[name]) if entry.get(name) else None) for name in ("eager", "compile")} | {
@@ -145,7 +146,8 @@ class Evaluator:
             "worker_medians_ms": {name: entry.get(f"{name}_worker_medians_ms") for name in ("eager", "compile")},
             "worker_methods": {name: entry.get(f"{name}_worker_methods") for name in ("eager", "compile")},
             "worker_wall_s": entry.get("worker_wall_s", []), "compile_pairing": entry.get("compile_pairing", {}),
-            "compile_pairings": entry.get("compile_pairings", [])}
+            "compile_pairings": entry.get("compile_pairings", []),
+            "compile_cache": entry.get("compile_cache", [])}
 
     def prewarm(self, tasks: list[Task], *, backend: str | None = None, config: EvalConfig | None = None,
                 parallel: int | None = None) -> dict[str, str]:
@@ -575,6 +577,7 @@ class Evaluator:
                 entry.setdefault("worker_wall_s", []).append(measured["wall_s"])
                 if "compile_warmup_s" in measured:
                     entry.setdefault("compile_warmup_s", []).append(measured["compile_warmup_s"])
+                    entry.setdefault("compile_cache", []).append(measured.get("compile_cache") or {})
                 peak = (measured.get("memory") or {}).get("peak_gib")
                 if peak is not None:
                     entry["peak_gib"] = max(float(peak), entry.get("peak_gib", 0.0))

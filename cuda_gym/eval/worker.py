@@ -703,6 +703,9 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
         with torch.no_grad():
             compiled(*[_clone(v) for v in setup.timing_sets[0]])
         result["compile_warmup_s"] = clock.mark("compile_warmup")
+        # Whether inductor found this model's compiled graph in its cache (Evaluator.prewarm).
+        result["compile_cache"] = {name: count for name, count in torch._dynamo.utils.counters["inductor"].items()
+                                   if name.startswith("fxgraph_cache")}
     guard.count_native_calls()
     guard.TamperCheck(device, "permissive")  # armed as for a candidate
     if "eager" in config["baselines"]:
