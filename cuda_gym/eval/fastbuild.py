@@ -254,6 +254,10 @@ def install(split: bool = True) -> None:
 if __name__ == "__main__":
     import sys
 
+    from .sandbox import yield_cpu
+
+    yield_cpu()  # the evaluator may be timing a model meanwhile
+
     destination = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get(PCH_ENV) or
                        Path.home() / ".cache" / "cuda_gym" / "pch")
     built = build_precompiled_headers(destination)

@@ -309,6 +309,22 @@ def _keep_torch_headers_read_only() -> None:
         cpp_extension.remove_extension_h_precompiler_headers = lambda: None
 
 
+def yield_cpu() -> list[str]:
+    """Run this process, and the compilers it starts (they inherit it), only on otherwise idle CPU
+    time (SCHED_IDLE; else the lowest nice level): the evaluator's builds overlap its device jobs,
+    and a compiler must not take a core from a host-bound model being timed. Returns the names of
+    what could not be applied."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return []
+    except (AttributeError, OSError):
+        try:
+            os.nice(19)
+        except OSError:
+            return ["sched_idle", "nice"]
+        return ["sched_idle"]
+
+
 def apply_limits(*, max_file_mb: float, address_space_gb: float | None) -> list[str]:
     """Apply resource limits; returns the names of limits that could not be applied."""
     failed = []

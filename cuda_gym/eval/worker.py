@@ -1151,6 +1151,8 @@ def worker_main(conn: Any, setup: dict) -> None:
         os.environ.update(setup["env"])
         failed = sandbox.apply_limits(max_file_mb=setup["max_file_mb"], address_space_gb=setup["address_space_gb"])
         confined = setup["role"] in ("build", "eval")
+        if setup["role"] == "build":
+            failed += sandbox.yield_cpu()
         if confined:
             failed += [] if sandbox.contain_children() else ["child_watchdog"]
         # CUDA eval workers apply Landlock after the driver is up: under an earlier rule set its
