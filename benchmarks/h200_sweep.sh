@@ -4,7 +4,8 @@
 # baselines, resumed from $PREV_SWEEP with $PREV_BASELINES as the baseline cache, until BUDGET_S
 # seconds of the call are used (no task is started that would end past it; a hard stop at HARD_S).
 # Writes run_cold.json, sweep.json and baselines.json under $OUT: carry them back as the next call's
-# PREV_SWEEP and PREV_BASELINES. From the repo root, with KernelBench at .kb/KernelBench:
+# PREV_SWEEP and PREV_BASELINES (a later call on the same warm machine resumes from its /tmp copy,
+# and finds its inductor cache there too). From the repo root, with KernelBench at .kb/KernelBench:
 #   PREV_SWEEP=benchmarks/results/kernelbench_sweep_cuda_h200_2026-12-04_both_baselines_partial.json \
 #   PREV_BASELINES=benchmarks/results/baselines_cuda_h200_2026-12-04_s16.json bash benchmarks/h200_sweep.sh
 set -u
@@ -20,15 +21,20 @@ if [ "${COLD_RUN:-0}" = 1 ]; then
   grep -v "it/s\]\|s/it\]" "$OUT/run_cold.log" | tail -30
 fi
 mkdir -p /tmp/cg_sweep
-[ -n "${PREV_BASELINES:-}" ] && cp "$PREV_BASELINES" /tmp/cg_sweep/baselines.json
-[ -n "${PREV_SWEEP:-}" ] && cp "$PREV_SWEEP" "$OUT/sweep.json"
+if [ -f /tmp/cg_sweep/sweep.json ]; then
+  echo "resuming from this machine's /tmp/cg_sweep (an earlier call on the same machine)"
+else
+  [ -n "${PREV_BASELINES:-}" ] && cp "$PREV_BASELINES" /tmp/cg_sweep/baselines.json
+  [ -n "${PREV_SWEEP:-}" ] && cp "$PREV_SWEEP" /tmp/cg_sweep/sweep.json
+fi
 LEFT_S=$(( ${BUDGET_S:-500} - $(elapsed) ))
 if [ "$LEFT_S" -ge 60 ]; then
   CUDA_GYM_CACHE=/tmp/cg_sweep TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_sweep \
     timeout $(( ${HARD_S:-585} - $(elapsed) )) python3 benchmarks/kernelbench_sweep.py --levels "${LEVELS:-1,2,3}" \
-    --max-minutes "$(python3 -c "print(round($LEFT_S / 60, 2))")" --out "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1
+    --max-minutes "$(python3 -c "print(round($LEFT_S / 60, 2))")" --out /tmp/cg_sweep/sweep.json > "$OUT/sweep.log" 2>&1
   echo "sweep rc=$?"
   grep -v "it/s\]\|s/it\]" "$OUT/sweep.log" | tail -25
 fi
+cp /tmp/cg_sweep/sweep.json "$OUT/sweep.json" 2>/dev/null
 cp /tmp/cg_sweep/baselines.json "$OUT/baselines.json" 2>/dev/null
 echo "call took $(elapsed) s"
