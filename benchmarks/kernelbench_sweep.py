@@ -193,6 +193,9 @@ def main() -> int:
         print(f"{level:<6}{row['tried']:>6}{row['ok']:>5}{row['eager_within_2pct']:>6}{row['eager_within_3pct']:>6}"
               f"{row['eager_within_10pct']:>6}{f'{compiled:.3f}' if compiled else '-':>11}"
               f"{row['max_peak_device_gib']:>10.1f}{row['seconds']:>8.0f}")
+    prewarm_s = sum(chunk["seconds"] for chunk in payload.get("prewarm", []))
+    if prewarm_s:  # not in the tasks' own seconds above
+        print(f"torch.compile prewarm: {prewarm_s:.0f} s in {len(payload['prewarm'])} chunks")
     print(f"wrote {out}")
     return 0
 
