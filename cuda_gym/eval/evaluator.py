@@ -49,6 +49,7 @@ COMPILER_FILE_MB = 512.0  # file-size cap of workers that run a compiler (build,
 # job waited for it: the eval job for its spare (settle) and the baseline job for a fresh worker.
 # With several started together on a many-core host, most jobs find one ready. Idle spares cost
 # memory only (a CUDA context each). On the 2-core CPU one start is cheap and a batch would not be.
+PREWARM_TIMEOUT_S = 240.0  # a level-3 model's first torch.compile took at most 40 s on the H200
 SPARE_WORKERS = {"cuda": {"eval": 3, "baseline": 2}, "cpu": {"eval": 1, "baseline": 0}}
 
 
@@ -173,7 +174,7 @@ class Evaluator:
             worker = Worker(spec)
             outcome: dict[str, Any] = {}
             try:
-                run_job(worker, self._job(task, backend, config, prewarm=True), config.baseline_timeout_s,
+                run_job(worker, self._job(task, backend, config, prewarm=True), min(config.baseline_timeout_s, PREWARM_TIMEOUT_S),
                         lambda m: outcome.setdefault(m.kind, m.meta) is not None)
             except (WorkerTimeout, WorkerDied) as exc:
                 return f"{type(exc).__name__}: {exc}"
