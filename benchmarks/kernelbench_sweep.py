@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import statistics
 import sys
@@ -37,6 +38,14 @@ def candidate_for(task, folder: Path | None) -> str | None:
         if path.exists():
             return path.read_text(encoding="utf-8")
     return None
+
+
+def write_atomically(path: Path, payload: dict) -> None:
+    """A sweep killed mid-write keeps its previous file whole (the next run resumes from it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(payload, indent=1))
+    os.replace(partial, path)
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -86,7 +95,7 @@ def main() -> int:
     parser.add_argument("--prewarm", type=int, default=None,
                         help="compile this many tasks' torch.compile baselines at once before they are timed "
                              "(Evaluator.prewarm; default half the cores, at most 8; 1 turns it off)")
-    parser.add_argument("--prewarm-chunk", type=int, default=16, help="tasks prewarmed together")
+    parser.add_argument("--prewarm-chunk", type=int, default=8, help="tasks prewarmed together")
     parser.add_argument("--out", required=True, help="result JSON (resumed when it exists)")
     args = parser.parse_args()
 
@@ -142,13 +151,17 @@ def main() -> int:
                 continue
             if task.id not in prewarmed:
                 # The next tasks' torch.compile baselines compiled side by side before they are timed.
-                chunk = [t for t in todo[position:position + args.prewarm_chunk] if t.id not in prewarmed]
+                chunk = [t for t in todo[position:position + args.prewarm_chunk]
+                         if t.id not in prewarmed and candidate_for(t, folder) is not None]
                 prewarm_started = time.monotonic()
                 failures = {k: v for k, v in evaluator.prewarm(chunk, parallel=args.prewarm).items() if v}
                 prewarmed.update(t.id for t in chunk)
                 if time.monotonic() - prewarm_started > 0.5:
                     payload.setdefault("prewarm", []).append({"tasks": len(chunk), "failed": failures,
                                                               "seconds": round(time.monotonic() - prewarm_started, 2)})
+                if args.max_minutes and time.monotonic() - started + longest.get(task.level, 0.0) > 60 * args.max_minutes:
+                    stopped = True  # the prewarm took the time this task needed
+                    continue
             task_started = time.monotonic()
             result = evaluator.evaluate(task, source)
             base = evaluator.baselines(task)
@@ -179,14 +192,13 @@ def main() -> int:
             payload["tasks"].append(row)
             longest[task.level] = max(longest.get(task.level, 0.0), row["seconds"])
             payload["summary"] = summarize(payload["tasks"])
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(payload, indent=1))
+            write_atomically(out, payload)
             tqdm.write(f"{task.id}: {row['error_code']} x{row['speedup_vs_eager'] or 0:.3f} "
                        f"peak {row['peak_device_gib'] or 0:.1f} GiB {row['seconds']:.1f} s")
     if stopped:
         print(f"stopped at the {args.max_minutes} min limit; run again to resume", flush=True)
     payload["summary"] = summarize(payload["tasks"])
-    out.write_text(json.dumps(payload, indent=1))
+    write_atomically(out, payload)
     print(f"\n{'level':<6}{'tried':>6}{'OK':>5}{'±2%':>6}{'±3%':>6}{'±10%':>6}{'vs compile':>11}{'peak GiB':>10}{'s':>8}")
     for level, row in payload["summary"].items():
         compiled = row["geomean_speedup_vs_compile"]

@@ -45,3 +45,19 @@ def test_no_spares_means_a_new_worker_each_time(tmp_path):
         assert not pool._spares.get(pool._key(_spec(tmp_path)))
     finally:
         pool.close()
+
+
+def test_a_worker_asked_to_yield_the_cpu_runs_on_idle_time_only(tmp_path):
+    import os
+
+    spec = _spec(tmp_path)
+    yielding = WorkerPool().acquire(WorkerSpec(**{**spec.__dict__, "yield_cpu": True}), spares=0)
+    plain = WorkerPool().acquire(spec, spares=0)
+    try:
+        yielding.wait_ready()
+        plain.wait_ready()
+        assert os.sched_getscheduler(yielding.process.pid) == os.SCHED_IDLE
+        assert os.sched_getscheduler(plain.process.pid) != os.SCHED_IDLE
+    finally:
+        yielding.kill()
+        plain.kill()

@@ -72,9 +72,6 @@ class _ClusterBaselines:
         self.store = store
         self.owner = owner
 
-    def cached(self, key: str, needed: tuple[str, ...]) -> bool:
-        return self.local.cached(key, needed)  # the store may hold it too; a prewarm then costs a little
-
     def get(self, key: str, compute, needed: tuple[str, ...]) -> dict[str, Any]:
         ray = _ray()
         while True:
@@ -367,6 +364,12 @@ class RayEvaluator:
                 error = exc
                 self._events.put(("dead", slot, generation, f"{type(exc).__name__}: {exc}"))
         raise RuntimeError(f"the baselines of {task.id} could not be measured: two actors died ({error})")
+
+    def prewarm(self, tasks: list[Task], *, backend: str | None = None, config: EvalConfig | None = None,
+                parallel: int | None = None) -> dict[str, str]:
+        """Does nothing and returns {}: `Evaluator.prewarm` fills one machine's inductor cache, and a
+        task's baselines may be measured on any actor's node, which then compiles them itself."""
+        return {}
 
     def wait_until_warm(self) -> None:
         """Every ready actor's `Evaluator.wait_until_warm()`."""

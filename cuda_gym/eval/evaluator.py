@@ -169,17 +169,21 @@ class Evaluator:
         if "compile" not in config.baselines or parallel <= 1 or not todo:
             return {}
         spec = self._spec("baseline", backend, config, self._base_env(backend))
+        compile_threads = max(1, (os.cpu_count() or 2) // parallel)  # inductor's own pool, per prewarm
 
         def prewarm_one(task: Task) -> str:
-            worker = Worker(spec)
+            worker = None
             outcome: dict[str, Any] = {}
             try:
-                run_job(worker, self._job(task, backend, config, prewarm=True), min(config.baseline_timeout_s, PREWARM_TIMEOUT_S),
+                worker = Worker(spec)
+                run_job(worker, self._job(task, backend, config, prewarm=True, compile_threads=compile_threads),
+                        min(config.baseline_timeout_s, PREWARM_TIMEOUT_S),
                         lambda m: outcome.setdefault(m.kind, m.meta) is not None)
-            except (WorkerTimeout, WorkerDied) as exc:
-                return f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # noqa: BLE001 - a failed prewarm only costs its time
+                return f"{type(exc).__name__}: {exc}"[:300]
             finally:
-                worker.kill()
+                if worker is not None:
+                    worker.kill()
             return "" if "prewarm" in outcome else str((outcome.get("error") or {}).get("message", "no result"))[:300]
 
         with self._device_slot:
@@ -247,6 +251,10 @@ class Evaluator:
             max_file_mb=max(config.max_output_mb, COMPILER_FILE_MB) if role in ("build", "baseline") else config.max_output_mb,
             address_space_gb=config.cpu_memory_limit_gb if backend == "cpu" else None,
             cpu_threads=config.cpu_threads, env=env,
+            # CUDA builds yield the CPU to a model being timed (one core of many). Not on the CPU
+            # backend: its timed models use every core, and a build there could starve until its
+            # wall-clock compile timeout judged a correct candidate.
+            yield_cpu=role == "build" and backend == "cuda",
         )
 
     def _base_env(self, backend: str) -> dict[str, str]:

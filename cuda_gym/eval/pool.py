@@ -128,6 +128,7 @@ class WorkerSpec:
     address_space_gb: float | None = None
     cpu_threads: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    yield_cpu: bool = False  # run on idle CPU time only (sandbox.yield_cpu), compilers included
 
 
 def _describe_exit(exitcode: int | None) -> str:
@@ -154,7 +155,7 @@ class Worker:
             "role": spec.role, "backend": spec.backend, "log_path": str(self.log_path),
             "scratch_dir": str(self.scratch), "env": spec.env, "isolate_network": spec.isolate_network,
             "max_file_mb": spec.max_file_mb, "address_space_gb": spec.address_space_gb,
-            "cpu_threads": spec.cpu_threads,
+            "cpu_threads": spec.cpu_threads, "yield_cpu": spec.yield_cpu,
         }
         from . import worker as worker_module
 
@@ -273,7 +274,7 @@ class WorkerPool:
     @staticmethod
     def _key(spec: WorkerSpec) -> tuple:
         return (spec.role, spec.backend, spec.isolate_network, spec.max_file_mb, spec.address_space_gb,
-                spec.cpu_threads, str(spec.root), tuple(sorted(spec.env.items())))
+                spec.cpu_threads, str(spec.root), tuple(sorted(spec.env.items())), spec.yield_cpu)
 
     def acquire(self, spec: WorkerSpec, *, spares: int = 1) -> Worker:
         """The oldest spare for `spec` (or a new worker). With `spares` > 0, `replenish()` starts
@@ -297,7 +298,9 @@ class WorkerPool:
                 return
             for key, (spec, count) in self._wanted.items():
                 if not self._spares.get(key):
-                    self._spares[key] = [Worker(spec) for _ in range(count)]
+                    stock = self._spares[key] = []
+                    for _ in range(count):  # stored as each starts: a failed start leaks none
+                        stock.append(Worker(spec))
 
     def settle(self, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
         """Wait until no spare is still warming up. A spare that dies or is not ready in time is

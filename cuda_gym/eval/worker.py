@@ -743,6 +743,14 @@ def _run_prewarm(channel: _Channel, job: dict, device: str) -> None:
     workers later find its compiled code in the shared inductor cache (Evaluator.prewarm). The same
     model, input shapes and precision flags as the baseline worker's compile, so the same cache key."""
     started = time.perf_counter()
+    import torch._inductor.config as inductor_config
+
+    # Prewarms run side by side on one device, so Triton's autotuning of the compiled kernels would
+    # pick configs from contended timings; its local cache would hand them to the baseline workers.
+    # Off here, which the generated code keeps (the setting is not part of the graph's cache key):
+    # each baseline worker then tunes its kernels itself, alone on the device, before its timing.
+    inductor_config.autotune_local_cache = False
+    inductor_config.compile_threads = max(1, int(job.get("compile_threads") or 1))  # not in the cache key
     namespace = load_task_namespace(job["task_source"], job["sizes"], job["task_id"])
     with torch.device(device):
         torch.manual_seed(job["seed"])
@@ -1151,7 +1159,7 @@ def worker_main(conn: Any, setup: dict) -> None:
         os.environ.update(setup["env"])
         failed = sandbox.apply_limits(max_file_mb=setup["max_file_mb"], address_space_gb=setup["address_space_gb"])
         confined = setup["role"] in ("build", "eval")
-        if setup["role"] == "build":
+        if setup.get("yield_cpu"):
             failed += sandbox.yield_cpu()
         if confined:
             failed += [] if sandbox.contain_children() else ["child_watchdog"]
