@@ -18,6 +18,7 @@ if [ "${COLD_RUN:-0}" = 1 ]; then
   CUDA_GYM_CACHE=/tmp/cg_run_cold TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_run_cold timeout 420 \
     python3 -m cuda_gym.cli run --backend cuda --out "$OUT/run_cold.json" > "$OUT/run_cold.log" 2>&1
   echo "cold run rc=$? wall=$(elapsed) s" | tee "$OUT/run_cold_wall.txt"
+  cp /tmp/cg_run_cold/baselines.json "$OUT/run_cold_baselines.json" 2>/dev/null  # where its baseline time went
   grep -v "it/s\]\|s/it\]" "$OUT/run_cold.log" | tail -30
 fi
 mkdir -p /tmp/cg_sweep
