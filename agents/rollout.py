@@ -23,7 +23,6 @@ geomeans are None where nothing qualifies (no trajectories, no timed correct can
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 from collections import Counter, defaultdict
@@ -31,6 +30,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+
+from cuda_gym.leaderboard.metrics import geomean
 
 from .llm.base import ChatBackend
 from .react import ReactConfig, ReactPolicy, ToolReactPolicy
@@ -139,11 +140,6 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-def _geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 def _rates(bests: list[BestCandidate | None]) -> dict[str, Any]:
     count = len(bests)
     correct = [b for b in bests if b is not None and b.correct]
@@ -153,8 +149,8 @@ def _rates(bests: list[BestCandidate | None]) -> dict[str, Any]:
         "faster_than_eager_rate": (sum(1 for b in correct if (b.speedup_vs_eager or 0) > 1) / count) if count else None,
         "faster_than_compile_rate": (sum(1 for b in correct if (b.speedup_vs_compile or 0) > 1) / count)
         if count else None,
-        "geomean_speedup_vs_eager": _geomean([b.speedup_vs_eager for b in correct]),
-        "geomean_speedup_vs_compile": _geomean([b.speedup_vs_compile for b in correct]),
+        "geomean_speedup_vs_eager": geomean([b.speedup_vs_eager for b in correct]),
+        "geomean_speedup_vs_compile": geomean([b.speedup_vs_compile for b in correct]),
     }
 
 

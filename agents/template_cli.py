@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
+
+from cuda_gym.leaderboard.metrics import geomean
 
 NOT_COVERED = "NOT_COVERED"
 
@@ -64,11 +65,6 @@ def select_tasks(tasks_arg: str | None, suite: str | None, levels: str | None, d
     return found
 
 
-def _geomean(values: Iterable[float | None]) -> float | None:
-    kept = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in kept) / len(kept)) if kept else None
-
-
 def task_entry(solution: Any) -> dict[str, Any]:
     """One task's line of summary.json (`cuda-gym agent`'s keys, plus coverage and configuration counts)."""
     best = solution.best.result if solution.best is not None else None
@@ -96,8 +92,8 @@ def _rates(entries: list[dict[str, Any]]) -> dict[str, Any]:
         if count else None,
         "faster_than_compile_rate": sum(1 for e in passed if (e["best_speedup_vs_compile"] or 0) > 1) / count
         if count else None,
-        "geomean_speedup_vs_eager": _geomean(e["best_speedup_vs_eager"] for e in passed),
-        "geomean_speedup_vs_compile": _geomean(e["best_speedup_vs_compile"] for e in passed),
+        "geomean_speedup_vs_eager": geomean(e["best_speedup_vs_eager"] for e in passed),
+        "geomean_speedup_vs_compile": geomean(e["best_speedup_vs_compile"] for e in passed),
     }
 
 

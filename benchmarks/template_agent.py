@@ -55,7 +55,6 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import math
 import os
 import platform
 import random
@@ -68,10 +67,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def _geomean(values):
-    kept = [v for v in values if v and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in kept) / len(kept)) if kept else None
+from cuda_gym.leaderboard.metrics import geomean  # noqa: E402
 
 
 def _group(task_id: str) -> str:
@@ -116,10 +112,10 @@ def summarize(rows: dict[str, dict]) -> dict[str, dict]:
             "correct": sum(1 for r in items if r.get("a_correct")),
             "b_judged": sum(1 for r in items if "b_error_code" in r),
             "b_correct": len(b_rows),
-            "geomean_speedup_vs_eager": _geomean(r.get("b_speedup_vs_eager") for r in b_rows),
+            "geomean_speedup_vs_eager": geomean(r.get("b_speedup_vs_eager") for r in b_rows),
             "compile_measured": len(b_compile),
-            "geomean_speedup_vs_compile": _geomean(r["b_speedup_vs_compile"] for r in b_compile),
-            "geomean_speedup_vs_eager_same_tasks": _geomean(r.get("b_speedup_vs_eager") for r in b_compile),
+            "geomean_speedup_vs_compile": geomean(r["b_speedup_vs_compile"] for r in b_compile),
+            "geomean_speedup_vs_eager_same_tasks": geomean(r.get("b_speedup_vs_eager") for r in b_compile),
             "faster_than_eager": sum(1 for r in b_rows if (r.get("b_speedup_vs_eager") or 0) > 1),
             "faster_than_compile": sum(1 for r in b_compile if r["b_speedup_vs_compile"] > 1),
         }

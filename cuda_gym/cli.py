@@ -5,7 +5,6 @@ import argparse
 import datetime as dt
 import importlib
 import json
-import math
 import platform
 import sys
 import time
@@ -14,6 +13,7 @@ from concurrent.futures import as_completed
 from pathlib import Path
 
 from . import __version__
+from .leaderboard.metrics import geomean
 
 
 def _cmd_tasks_list(args: argparse.Namespace) -> int:
@@ -85,11 +85,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def _geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v and v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -143,8 +138,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "pass_rate": len(passed) / len(rs),
             "fast_1_vs_eager": sum(1 for r in passed if (r.speedup_vs_eager or 0) > 1) / len(rs),
             "fast_1_vs_compile": sum(1 for r in passed if (r.speedup_vs_compile or 0) > 1) / len(rs),
-            "geomean_speedup_vs_eager": _geomean([r.speedup_vs_eager for r in passed]),
-            "geomean_speedup_vs_compile": _geomean([r.speedup_vs_compile for r in passed]),
+            "geomean_speedup_vs_eager": geomean([r.speedup_vs_eager for r in passed]),
+            "geomean_speedup_vs_compile": geomean([r.speedup_vs_compile for r in passed]),
         }
         summary[f"L{level}"] = row
         print(f"L{level:<5} {row['pass_rate']:>6.0%} {row['fast_1_vs_eager']:>13.0%} {row['fast_1_vs_compile']:>15.0%} "

@@ -51,11 +51,11 @@ def threshold_key(p: float) -> str:
     return "0" if p == 0 else repr(float(p))
 
 
-def geomean(values: Iterable[float]) -> float | None:
-    values = list(values)
-    if not values:
-        return None
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+def geomean(values: Iterable[float | None]) -> float | None:
+    """The geometric mean of the speedups among `values`; None, zero, negative and non-finite values
+    are not speedups and are left out (None when none is left)."""
+    kept = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in kept) / len(kept)) if kept else None
 
 
 def group_metrics(rows: list[Row], *, failure_speedup: float = DEFAULT_FAILURE_SPEEDUP,
