@@ -271,7 +271,8 @@ class _RecordingEvaluator:
 
 
 def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator):
-    from benchmarks.template_agent import _geomean, run_sweep
+    from benchmarks.template_agent import run_sweep
+    from cuda_gym.leaderboard.metrics import geomean
 
     tasks = [get_task(t) for t in ("builtin/L1/gelu", "builtin/L1/argmax_dim", "builtin/L1/cumsum")]
     recorder = _RecordingEvaluator(cpu_evaluator)
@@ -296,7 +297,7 @@ def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator)
     entry = summarize(rows)["builtin/L1"]
     assert (entry["tasks"], entry["covered"], entry["judged"], entry["correct"], entry["b_correct"]) == (3, 2, 2, 2, 2)
     assert entry["geomean_speedup_vs_eager"] == pytest.approx(
-        _geomean([rows[t]["b_speedup_vs_eager"] for t in ("builtin/L1/gelu", "builtin/L1/argmax_dim")]))
+        geomean([rows[t]["b_speedup_vs_eager"] for t in ("builtin/L1/gelu", "builtin/L1/argmax_dim")]))
     assert entry["compile_measured"] == 0 and entry["geomean_speedup_vs_compile"] is None
 
     # resumed from these rows: nothing is judged again; a row whose knobs differ is judged again
