@@ -53,10 +53,10 @@ def get_init_inputs():
 """
 
 
-def _sweep(data: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+def _sweep(data: Path, out: Path, *extra: str, compile_baseline: bool = False) -> subprocess.CompletedProcess:
     command = [sys.executable, str(ROOT / "benchmarks" / "kernelbench_sweep.py"), "--kernelbench", str(data),
-               "--levels", "1", "--backend", "cpu", "--no-compile-baseline", "--baseline-workers", "1",
-               "--no-confirm", "--out", str(out), *extra]
+               "--levels", "1", "--backend", "cpu", *([] if compile_baseline else ["--no-compile-baseline"]),
+               "--baseline-workers", "1", "--no-confirm", "--out", str(out), *extra]
     env = {**os.environ, "CUDA_GYM_CACHE": str(data / "cache")}  # not the user's cache
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
@@ -94,3 +94,22 @@ def test_the_sweep_judges_the_identity_and_resumes(tmp_path):
     third = _sweep(tmp_path, limited, "--max-minutes", "30")
     assert third.returncode == 0, third.stderr[-2000:]
     assert len(json.loads(limited.read_text())["tasks"]) == 1 and "stopped at the 30.0 min limit" in third.stdout
+
+
+def test_the_sweep_prewarms_the_compile_baselines_of_the_next_tasks(tmp_path):
+    level1 = tmp_path / "KernelBench" / "level1"
+    level1.mkdir(parents=True)
+    # Graphs no earlier run compiled (a constant drawn from the tmp path), so a cache hit is the prewarm's.
+    shift = (hash(str(tmp_path)) % 997) / 1000
+    (level1 / "1_Scaled_ReLU.py").write_text(SCALE.replace("* self.factor", f"* self.factor - {shift}"))
+    (level1 / "2_Row_Sum.py").write_text(ROW_SUM.replace("x.sum(dim=1)", f"x.sum(dim=1) * {1 + shift}"))
+    out = tmp_path / "sweep.json"
+    run = _sweep(tmp_path, out, "--prewarm", "2", "--prewarm-chunk", "2", compile_baseline=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    payload = json.loads(out.read_text())
+    assert [(chunk["tasks"], chunk["failed"]) for chunk in payload["prewarm"]] == [(2, {})]
+    for row in payload["tasks"]:
+        assert row["error_code"] == "OK", row["message"]
+        assert row["speedup_vs_compile"] > 0
+        assert row["baseline_compile_cache"][0].get("fxgraph_cache_hit", 0) >= 1, row["baseline_compile_cache"]
+    assert "torch.compile prewarm:" in run.stdout
