@@ -95,6 +95,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .tasks import load_suite, solution_path
 
     config = evaluator_config(args)
+    evaluator_started = time.monotonic()
     with make_evaluator(args, config) as evaluator:
         backend = evaluator.backend
         tasks = [t for t in load_suite("builtin", levels=tuple(args.level) if args.level else None)
@@ -103,7 +104,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"error: no built-in reference solutions for backend {backend}", file=sys.stderr)
             return 2
         print(f"cuda-gym run: {len(tasks)} reference solutions on {backend} ({evaluator.device_name}), "
-              f"baselines: {', '.join(config.baselines)}")
+              f"baselines: {', '.join(config.baselines)} (evaluator ready after "
+              f"{time.monotonic() - evaluator_started:.0f} s)")
         prewarm_started = time.monotonic()
         failed = {k: v for k, v in evaluator.prewarm(tasks).items() if v}
         if time.monotonic() - prewarm_started > 1:

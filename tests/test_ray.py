@@ -190,3 +190,9 @@ def test_commands_take_ray_options_and_refuse_actors_without_ray():
     args = build_parser().parse_args(["eval", GELU_TASK, "candidate.py", "--ray-actors", "2"])
     with pytest.raises(SystemExit, match="--ray-actors needs --ray"):
         make_evaluator(args)
+
+
+def test_prewarm_is_accepted_and_does_nothing_across_actors(ray_evaluator):
+    # `cuda-gym run` prewarms through whichever evaluator it has (a missing method crashed `--ray`);
+    # each actor's node compiles its own baselines.
+    assert ray_evaluator.prewarm([get_task(GELU_TASK)]) == {}
