@@ -44,12 +44,12 @@ EVALUATOR_VERSION = "0.1"
 _INTERNAL_KERNEL_MARKERS = ("at::", "c10::")
 BUILD_CACHE_LIMIT = 2000  # build directories kept; the oldest are removed beyond this
 COMPILER_FILE_MB = 512.0  # file-size cap of workers that run a compiler (build, baseline)
+PREWARM_TIMEOUT_S = 240.0  # a level-3 model's first torch.compile took at most 40 s on the H200
 # Spare workers the pool starts together per backend and role once the last is taken (pool.py). A
 # CUDA worker's start (fork, CUDA context, warm-up kernels) took about 1 s on the H200, and every
 # job waited for it: the eval job for its spare (settle) and the baseline job for a fresh worker.
 # With several started together on a many-core host, most jobs find one ready. Idle spares cost
 # memory only (a CUDA context each). On the 2-core CPU one start is cheap and a batch would not be.
-PREWARM_TIMEOUT_S = 240.0  # a level-3 model's first torch.compile took at most 40 s on the H200
 SPARE_WORKERS = {"cuda": {"eval": 3, "baseline": 2}, "cpu": {"eval": 1, "baseline": 0}}
 
 
@@ -499,15 +499,18 @@ class Evaluator:
         return baseline_key(task.id, task.source_hash, task.sizes_for(backend), device, self.torch_version, config, timer)
 
     @staticmethod
-    def _baselines_needed(backend: str, config: EvalConfig) -> tuple[str, ...]:
+    def _pairs_baselines(backend: str, config: EvalConfig) -> bool:
+        """Whether baseline workers pair torch.compile with eager (EvalConfig.host_pairing)."""
+        return backend in config.host_pairing and {"eager", "compile"} <= set(config.baselines)
+
+    def _baselines_needed(self, backend: str, config: EvalConfig) -> tuple[str, ...]:
         """What a cached baseline entry must hold to be used as it is."""
         needed = (*config.baselines, "profiles") if backend == "cuda" and config.baselines else tuple(config.baselines)
-        pair_baselines = backend in config.host_pairing and {"eager", "compile"} <= set(config.baselines)
-        return (*needed, "compile_pairing") if pair_baselines else needed
+        return (*needed, "compile_pairing") if self._pairs_baselines(backend, config) else needed
 
     def _baseline_entry(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
         key = self._baseline_key(task, backend, config)
-        pair_baselines = backend in config.host_pairing and {"eager", "compile"} <= set(config.baselines)
+        pair_baselines = self._pairs_baselines(backend, config)
 
         def measure_once() -> tuple[dict[str, Any], str]:
             """One baseline job in a fresh worker: (its 'baseline' message with the worker's
