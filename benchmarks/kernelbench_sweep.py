@@ -142,8 +142,13 @@ def main() -> int:
     with Evaluator(args.backend, config) as evaluator:
         payload["device"] = evaluator.device_name
         prewarmed: set[str] = set()
+
+        def out_of_time(task) -> bool:
+            return bool(args.max_minutes) and (time.monotonic() - started + longest.get(task.level, 0.0)
+                                               > 60 * args.max_minutes)
+
         for position, task in enumerate(tqdm(todo, desc="sweep", unit="task")):
-            if args.max_minutes and time.monotonic() - started + longest.get(task.level, 0.0) > 60 * args.max_minutes:
+            if out_of_time(task):
                 stopped = True  # a shorter task later in the order may still fit
                 continue
             source = candidate_for(task, folder)
@@ -154,12 +159,13 @@ def main() -> int:
                 chunk = [t for t in todo[position:position + args.prewarm_chunk]
                          if t.id not in prewarmed and candidate_for(t, folder) is not None]
                 prewarm_started = time.monotonic()
-                failures = {k: v for k, v in evaluator.prewarm(chunk, parallel=args.prewarm).items() if v}
+                outcomes = evaluator.prewarm(chunk, parallel=args.prewarm)  # {} where it did nothing
                 prewarmed.update(t.id for t in chunk)
-                if time.monotonic() - prewarm_started > 0.5:
-                    payload.setdefault("prewarm", []).append({"tasks": len(chunk), "failed": failures,
-                                                              "seconds": round(time.monotonic() - prewarm_started, 2)})
-                if args.max_minutes and time.monotonic() - started + longest.get(task.level, 0.0) > 60 * args.max_minutes:
+                if outcomes:
+                    payload.setdefault("prewarm", []).append({
+                        "tasks": len(outcomes), "failed": {k: why for k, why in outcomes.items() if why},
+                        "seconds": round(time.monotonic() - prewarm_started, 2)})
+                if out_of_time(task):
                     stopped = True  # the prewarm took the time this task needed
                     continue
             task_started = time.monotonic()

@@ -107,10 +107,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"baselines: {', '.join(config.baselines)} (evaluator ready after "
               f"{time.monotonic() - evaluator_started:.0f} s)")
         prewarm_started = time.monotonic()
-        failed = {k: v for k, v in evaluator.prewarm(tasks).items() if v}
-        if time.monotonic() - prewarm_started > 1:
-            print(f"torch.compile baselines compiled side by side in {time.monotonic() - prewarm_started:.0f} s"
-                  + (f" ({len(failed)} failed; their baseline workers compile them)" if failed else ""))
+        prewarmed = evaluator.prewarm(tasks)  # {} where it did nothing
+        if prewarmed:
+            failed = sum(1 for why in prewarmed.values() if why)
+            print(f"torch.compile baselines of {len(prewarmed)} tasks compiled side by side in "
+                  f"{time.monotonic() - prewarm_started:.0f} s"
+                  + (f" ({failed} failed; their baseline workers compile them)" if failed else ""))
         futures = {evaluator.submit(t, solution_path(t, backend).read_text(encoding="utf-8")): t for t in tasks}
         results = []
         for future in tqdm(as_completed(futures), total=len(futures), desc="evaluating", unit="task"):

@@ -33,7 +33,7 @@ from .candidate import Candidate, InvalidCandidate, parse_candidate
 from .config import EvalConfig, device_time, held_timing_enabled
 from .correctness import ToleranceFloor, compare, degeneracy, judge_stats, tolerance_floor
 from .logs import trim_compile_log
-from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job, wait_for_reaped
+from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
 from . import sandbox
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
@@ -190,8 +190,7 @@ class Evaluator:
             self._pool.settle()
             with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="cuda-gym-prewarm") as pool:
                 outcomes = dict(zip([t.id for t in todo], pool.map(prewarm_one, todo)))
-            wait_for_reaped()
-        return outcomes
+        return outcomes  # the next device job's settle() waits until these workers are reaped
 
     def wait_until_warm(self) -> None:
         """Block until the spare workers have started (interpreter, CUDA context, warm-up kernels).

@@ -6,9 +6,9 @@ evaluator starts replacements (`replenish`) after a job on the device has finish
 waits for every warming spare before the next job uses the device, so no spare's context creation
 or warm-up kernels share the device with timed kernels. Where a role keeps several spares, they are
 started together once the last is taken, so several jobs in a row find one ready and wait for no
-start at all (on a many-core host, several start in about the time of one). Every worker runs exactly one job and
-exits, so nothing a candidate did to its process (patched functions, CUDA errors, leaked memory)
-can reach the next candidate.
+start at all (on a many-core host, several start in about the time of one). Every worker runs
+exactly one job and exits, so nothing a candidate did to its process (patched functions, CUDA
+errors, leaked memory) can reach the next candidate.
 """
 from __future__ import annotations
 

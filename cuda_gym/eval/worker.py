@@ -241,6 +241,19 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _reference_and_inputs(namespace: dict, seed: int, device: str) -> tuple[list[Any], Any, list[Any]]:
+    """The task's init inputs, its reference model in eval mode and its base inputs, each seeded as
+    every worker seeds them (the prewarm's compile then sees what the baseline worker's does)."""
+    init_inputs = list(namespace["get_init_inputs"]())
+    # Built on the device directly: creating large inputs and weights on the CPU costs seconds.
+    with torch.device(device):
+        torch.manual_seed(seed)
+        model = namespace["Model"](*init_inputs).to(device).eval()
+        torch.manual_seed(seed + 1)
+        inputs = [_to_device(v, device) for v in namespace["get_inputs"]()]
+    return init_inputs, model, inputs
+
+
 class _TaskSetup:
     """The reference model, the task's base inputs and the memory plan, built before candidate
     code exists here. Input draws are made on demand (`draw`, deterministic from the seed) and only
@@ -254,13 +267,7 @@ class _TaskSetup:
         self.seed = job["seed"]
         self.trial_count = config["correctness_trials"]
         self.namespace = load_task_namespace(job["task_source"], job["sizes"], job["task_id"])
-        self.init_inputs = list(self.namespace["get_init_inputs"]())
-        # Built on the device directly: creating large inputs and weights on the CPU costs seconds.
-        with torch.device(device):
-            torch.manual_seed(job["seed"])
-            self.model = self.namespace["Model"](*self.init_inputs).to(device).eval()
-            torch.manual_seed(job["seed"] + 1)
-            self.base = [_to_device(v, device) for v in self.namespace["get_inputs"]()]
+        self.init_inputs, self.model, self.base = _reference_and_inputs(self.namespace, self.seed, device)
         self.fallback: set[int] = set()  # draws whose transform made the reference non-finite
         self.distributions: list[str] = []
         self.reference_outputs: list[list[torch.Tensor] | None] = []
@@ -752,11 +759,7 @@ def _run_prewarm(channel: _Channel, job: dict, device: str) -> None:
     inductor_config.autotune_local_cache = False
     inductor_config.compile_threads = max(1, int(job.get("compile_threads") or 1))  # not in the cache key
     namespace = load_task_namespace(job["task_source"], job["sizes"], job["task_id"])
-    with torch.device(device):
-        torch.manual_seed(job["seed"])
-        model = namespace["Model"](*namespace["get_init_inputs"]()).to(device).eval()
-        torch.manual_seed(job["seed"] + 1)
-        inputs = [_to_device(v, device) for v in namespace["get_inputs"]()]
+    _, model, inputs = _reference_and_inputs(namespace, job["seed"], device)
     with torch.no_grad():
         torch.compile(model)(*inputs)
     _sync(device)
