@@ -83,9 +83,10 @@ def main() -> int:
     parser.add_argument("--no-compile-baseline", action="store_true")
     parser.add_argument("--baseline-workers", type=int, default=None,
                         help="fresh workers per baseline (default: EvalConfig's, 3 with the 2%% agreement stop)")
-    parser.add_argument("--no-host-pairing", action="store_true",
-                        help="compare with the cached baselines only (EvalConfig.host_pairing off: the sweeps "
-                             "before 2026-12-04)")
+    parser.add_argument("--host-pairing", default=None,
+                        help="backends whose host-bound timings are paired, comma-separated (default: "
+                             "EvalConfig.host_pairing's; 'none' compares with the cached baselines only, as the "
+                             "sweeps before 2026-12-04 did)")
     parser.add_argument("--no-confirm", action="store_true",
                         help="one eval worker per task even when it claims a milestone (EvalConfig.confirm_faster "
                              "off: the single-worker measurements of the sweeps before session 8)")
@@ -125,8 +126,8 @@ def main() -> int:
     config = EvalConfig(policy=args.policy, baselines=baselines)
     if args.baseline_workers is not None:
         config = config.replace(baseline_workers=args.baseline_workers)
-    if args.no_host_pairing:
-        config = config.replace(host_pairing=())
+    if args.host_pairing is not None:
+        config = config.replace(host_pairing=tuple(b for b in args.host_pairing.split(",") if b and b != "none"))
     if args.no_confirm:
         config = config.replace(confirm_faster=False)
     payload.update({"date": dt.date.today().isoformat(), "backend": args.backend, "policy": args.policy,
@@ -189,6 +190,7 @@ def main() -> int:
                 "baseline_worker_methods": base.get("worker_methods"),
                 "baseline_worker_wall_s": base.get("worker_wall_s"),
                 "baseline_compile_cache": base.get("compile_cache"),
+                "baseline_compile_pairings": base.get("compile_pairings"),  # each worker's eager/compile ratio
                 "eval_seconds": result.eval_seconds, "build_seconds": result.compile_seconds,
                 "flags": result.flags, "memory": result.device_memory,
                 "baseline_workers": config.baseline_workers, "timer_revision": TIMER_REVISION,

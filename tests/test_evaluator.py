@@ -12,7 +12,7 @@ from cuda_gym.eval import ErrorCode, EvalConfig, EvalResult, Evaluator, TimingSt
 from cuda_gym.eval import evaluator as evaluator_module
 from cuda_gym.eval.config import device_time
 from cuda_gym.eval.baselines import merge_entries
-from cuda_gym.eval.evaluator import _workers_agree
+from cuda_gym.eval.evaluator import _Judgement, _workers_agree
 from cuda_gym.eval.reward import claims_milestone
 from cuda_gym.tasks import get_task, load_suite, solution_path
 
@@ -241,6 +241,29 @@ def test_host_pairing_times_the_candidate_against_the_reference_in_its_own_worke
                                    config=cpu_evaluator.config.replace(policy="permissive"))
     assert plain.ok and plain.host_pairing == {}  # the default pairs CUDA timings only
     assert plain.speedup_vs_eager == pytest.approx(plain.eager_time.median_ms / plain.candidate_time.median_ms)
+
+
+def test_a_pairing_outside_the_two_fold_band_sets_no_speedup():
+    # The worker's paired medians are checked against the candidate's own timing and the eager
+    # baseline; where either is more than 2x off (a process slow throughout, or a reference slowed
+    # in the paired calls only), the pairing is skipped, and its ratio must not set the speedup.
+    def stats(ms: float) -> TimingStats:
+        return TimingStats(median_ms=ms, min_ms=ms, max_ms=ms, iqr_ms=0.0, reps=10, method="wall")
+
+    result = EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.OK, candidate_time=stats(1.0),
+                        eager_time=stats(1.0))
+    judge = _Judgement(EvalConfig(host_pairing=("cpu",)), result)
+    # 40 pairs, each the candidate at 1 ms and the reference at 3 ms, both outputs alike.
+    judge.pairing = {"pairs": [[i, 1.0, 3.0] for i in range(40)], "checksums": [[i, 1.0, 2.0] for i in range(40)],
+                     "reference_checksums": [[i, 1.0, 2.0] for i in range(40)], "audit": {}}
+    judge._on_pairing()
+    assert not judge.decided
+    assert "beyond 2x of the eager baseline" in result.host_pairing["skipped"]
+    assert "ratio" not in result.host_pairing and result.host_pairing["measured"]["ratio"] == pytest.approx(3.0)
+    assert result.compared_candidate_ms() == 1.0  # the candidate's own median, not 1 ms / 3
+    # And a skipped pairing's ratio is never used, whatever the dictionary holds.
+    result.host_pairing = {"skipped": "why", "ratio": 3.0}
+    assert result.compared_candidate_ms() == 1.0
 
 
 def test_the_compile_speedup_of_a_paired_timing_is_bridged_through_eager(cpu_evaluator):

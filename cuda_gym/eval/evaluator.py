@@ -1006,8 +1006,11 @@ class _Judgement:
         for name, paired_ms, other in (("the candidate's own timing", paired["candidate_ms"], own),
                                        ("the eager baseline", paired["reference_ms"], eager)):
             if other is not None and not 1 / PAIRED_AGREEMENT <= paired_ms / other.median_ms <= PAIRED_AGREEMENT:
+                # Kept for the record under "measured", never as the pairing's ratio: a skipped
+                # pairing sets no speedup (EvalResult.compared_candidate_ms).
                 self.result.host_pairing = {"skipped": f"the paired median {paired_ms:.4g} ms is beyond "
-                                            f"{PAIRED_AGREEMENT:g}x of {name} ({other.median_ms:.4g} ms)", **paired}
+                                            f"{PAIRED_AGREEMENT:g}x of {name} ({other.median_ms:.4g} ms)",
+                                            "measured": paired}
                 return
         self.result.host_pairing = paired
 

@@ -86,7 +86,8 @@ class EvalResult:
     compile_time: TimingStats | None = None
     # With EvalConfig.host_pairing: the candidate timed call by call against a fresh reference in its
     # own worker: {"ratio" (median reference / candidate per pair), "pairs", "candidate_ms",
-    # "reference_ms"}, or {"skipped": why}; empty where no pairing was asked for.
+    # "reference_ms"}, or {"skipped": why} (with "measured": those numbers where the paired medians
+    # fell outside the 2x band); empty where no pairing was asked for.
     host_pairing: dict[str, Any] = field(default_factory=dict)
     # The baselines' own pairing (from their cache entry): {"eager_over_compile": the median per-pair
     # ratio of eager's time over torch.compile's, timed call by call in the baseline workers}, or
@@ -137,7 +138,7 @@ class EvalResult:
         if self.candidate_time is None:
             return None
         ratio, eager = self.host_pairing.get("ratio"), self.baseline_ms()["eager"]
-        if ratio and eager:
+        if ratio and eager and "skipped" not in self.host_pairing:
             return eager / ratio
         return self.candidate_time.median_ms
 
