@@ -6,8 +6,10 @@
 # Writes run_cold.json, sweep.json and baselines.json under $OUT: carry them back as the next call's
 # PREV_SWEEP and PREV_BASELINES (a later call on the same warm machine resumes from its /tmp copy,
 # and finds its inductor cache there too). From the repo root, with KernelBench at .kb/KernelBench:
-#   PREV_SWEEP=benchmarks/results/kernelbench_sweep_cuda_h200_2026-12-04_both_baselines_partial.json \
-#   PREV_BASELINES=benchmarks/results/baselines_cuda_h200_2026-12-04_s16.json bash benchmarks/h200_sweep.sh
+#   PREV_SWEEP=benchmarks/results/kernelbench_sweep_cuda_h200_2026-12-05_both_baselines_partial.json \
+#   bash benchmarks/h200_sweep.sh
+# (Baseline caches committed before session 18 no longer match the baseline key: leave PREV_BASELINES
+# out; a later call's own baselines.json matches.)
 set -u
 START=$(date +%s)
 source benchmarks/h200_env.sh

@@ -11,8 +11,7 @@ from cuda_gym.eval import EvalConfig, Evaluator
 # Small and quick, but every stage runs: 5 correctness draws, rotating timed inputs, eager baseline.
 TEST_CONFIG = EvalConfig(baselines=("eager",), baseline_workers=1, timing_reps=5, timing_min_reps=3, warmup_reps=1,
                          timing_budget_s=0.3, eval_timeout_s=60.0, compile_timeout_s=240.0,
-                         confirm_faster=False,  # on in tests/test_evaluator.py's confirmation tests
-                         host_pairing=("cuda",))  # CPU tests pair where they test it (2 s per evaluation)
+                         confirm_faster=False)  # on in tests/test_evaluator.py's confirmation tests
 
 
 def has_cuda() -> bool:

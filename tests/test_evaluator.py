@@ -237,7 +237,16 @@ PAIRED = dict(host_pairing=("cpu",), policy="permissive", timing_warmup_s=0.0, t
               warmup_reps=1, timing_reps=4, timing_min_reps=4)
 
 
-def test_host_pairing_times_the_candidate_against_the_reference_in_its_own_worker(cpu_evaluator):
+@pytest.fixture
+def wide_pairing_band(monkeypatch):
+    """The 2x band between the paired medians and the unpaired timings, made 100x: on the 2-core CPU
+    a whole worker process is at times 4x slow (benchmarks/results/cpu_pairing_builtin_2026-12-05.json),
+    which the band (tested on its own above) rightly answers by skipping the pairing; these tests are
+    about what a pairing that stands does."""
+    monkeypatch.setattr(evaluator_module, "PAIRED_AGREEMENT", 100.0)
+
+
+def test_host_pairing_times_the_candidate_against_the_reference_in_its_own_worker(cpu_evaluator, wide_pairing_band):
     # EvalConfig.host_pairing: the speedup vs eager is the median per-pair ratio, measured in the
     # candidate's worker against a fresh reference; the identity comes out near 1.00.
     task = get_task(GELU_TASK)
@@ -250,10 +259,9 @@ def test_host_pairing_times_the_candidate_against_the_reference_in_its_own_worke
     assert result.speedup_vs_eager == pytest.approx(pairing["ratio"])
     assert result.compared_candidate_ms() == pytest.approx(result.eager_time.median_ms / pairing["ratio"])
     assert EvalResult.from_dict(result.to_dict()).host_pairing == pairing
-    assert EvalConfig().host_pairing == ("cpu", "cuda")  # paired by default on both backends
     plain = cpu_evaluator.evaluate(task, task.source + IDENTITY,
-                                   config=cpu_evaluator.config.replace(policy="permissive", host_pairing=()))
-    assert plain.ok and plain.host_pairing == {}
+                                   config=cpu_evaluator.config.replace(policy="permissive"))
+    assert plain.ok and plain.host_pairing == {}  # the default pairs CUDA timings only
     assert plain.speedup_vs_eager == pytest.approx(plain.eager_time.median_ms / plain.candidate_time.median_ms)
 
 
@@ -280,7 +288,7 @@ def test_a_pairing_outside_the_two_fold_band_sets_no_speedup():
     assert result.compared_candidate_ms() == 1.0
 
 
-def test_the_compile_speedup_of_a_paired_timing_is_bridged_through_eager(cpu_evaluator):
+def test_the_compile_speedup_of_a_paired_timing_is_bridged_through_eager(cpu_evaluator, wide_pairing_band):
     # The baseline workers pair torch.compile with eager call by call; the speedup vs compile is the
     # (paired) speedup vs eager over that ratio, not a comparison of times from two processes.
     task = get_task(GELU_TASK)
@@ -323,7 +331,7 @@ def test_a_candidate_that_could_slow_the_paired_reference_loses_the_pairing(cpu_
     assert result.speedup_vs_eager == pytest.approx(result.eager_time.median_ms / result.candidate_time.median_ms)
 
 
-def test_opting_out_of_the_pairing_completes_a_baseline_that_stopped_on_the_paired_ratios(tmp_path, monkeypatch):
+def test_opting_out_of_the_pairing_completes_a_baseline_that_stopped_on_the_paired_ratios(tmp_path, monkeypatch, wide_pairing_band):
     # Where candidates are paired, the third baseline worker is skipped when the first two agree on
     # what a paired comparison uses (the paired eager/compile ratio), whatever eager's medians do.
     # A candidate whose pairing is then skipped is compared with eager's medians, so the entry is
@@ -458,7 +466,8 @@ def _confirm_with(second_verdict):
         calls.append(result)
         second_verdict(result)
 
-    evaluator = type("FakeEvaluator", (), {"_judge": staticmethod(judge), "_set_speedups": staticmethod(Evaluator._set_speedups)})()
+    evaluator = type("FakeEvaluator", (), {"_judge": staticmethod(judge), "_set_speedups": staticmethod(Evaluator._set_speedups),
+                                           "_complete_unpaired_baselines": staticmethod(lambda *args: None)})()
     before = EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.INTERNAL_ERROR, eager_time=_timed(2.0),
                         compiled=True)
     first = EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.OK, correct=True, eager_time=_timed(2.0),

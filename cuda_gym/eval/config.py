@@ -64,11 +64,14 @@ class EvalConfig:
     # fresh reference instance made before any candidate code ran (timing.time_pairs: secret random
     # order per pair, a fresh input per pair, both outputs checksummed), and the speedups use the
     # median per-pair ratio (EvalResult.compared_candidate_ms). Needs the eager baseline. The backends
-    # where it applies: both by default. On the 2-core CPU (2026-12-05, the 18 built-in tasks with a
-    # solution, the reference as its own candidate) the paired ratio lay in 0.989-1.016 where the
-    # unpaired one lay in 0.24-1.95 (benchmarks/results/cpu_pairing_builtin_2026-12-05.json); it
-    # costs about 2 s per evaluation.
-    host_pairing: tuple[str, ...] = ("cpu", "cuda")
+    # where it applies: CUDA by default. On the 2-core CPU (2026-12-05, the 18 built-in tasks with a
+    # solution) the reference as its own candidate came out 0.989-1.016 paired where it came out
+    # 0.24-1.95 unpaired (benchmarks/results/cpu_pairing_builtin_2026-12-05.json), but some reference
+    # solutions took up to 5x longer in paired calls than alone (run_cpu_cold_paired_2026-12-05.json).
+    # Their kernels run OpenMP regions of their own (-fopenmp); alternating them with PyTorch's
+    # threads is the likely cause (not separated). A CPU pairing would charge that to the candidate,
+    # so the CPU is not paired by default.
+    host_pairing: tuple[str, ...] = ("cuda",)
     # A milestone is confirmed: when the candidate comes out more than the reward's 5% faster than a
     # baseline, a second fresh eval worker judges it again (correctness included) and the slower time
     # stands. On level-3 models a process's timing moves 20-50% against another's, held or open
