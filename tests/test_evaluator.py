@@ -195,26 +195,25 @@ def test_the_third_baseline_worker_runs_only_when_the_first_two_disagree(tmp_pat
 
     config = EvalConfig(baseline_agreement=0.02)
 
-    def agree(samples, ratios=(), paired=False):
-        return _workers_agree(samples, list(ratios), config, paired=paired)
+    def agree(samples, ratios=()):
+        return _workers_agree(samples, list(ratios), config)
 
     assert agree({"eager": [stats(1.0), stats(1.019)], "compile": [stats(2.0), stats(1.98)]})
     assert not agree({"eager": [stats(1.0), stats(1.021)], "compile": [stats(2.0), stats(2.0)]})
     assert not agree({"eager": [stats(1.0)], "compile": [stats(2.0), stats(2.0)]})  # one failed
     assert not agree({"eager": [stats(1.0), stats(float("nan"))]})
-    # Where both workers paired compile with eager, their ratios stand for compile's medians; where
-    # the candidate is paired too, eager's medians do not count either.
-    spread = {"eager": [stats(1.0), stats(1.5)], "compile": [stats(2.0), stats(3.0)]}
-    assert not agree(spread, [0.5, 0.505])
-    assert agree(spread, [0.5, 0.505], paired=True)
-    assert not agree(spread, [0.5, 0.52], paired=True)
-    assert agree({"eager": [stats(1.0), stats(1.01)], "compile": [stats(2.0), stats(3.0)]}, [0.5, 0.505])
-    assert not agree(spread, [0.5], paired=True)  # one worker's pairing was skipped: compile's medians count
+    # Where both workers paired compile with eager, the speedup vs compile is bridged through their
+    # ratios, so the ratios stand for compile's medians; eager's medians always count.
+    compile_apart = {"eager": [stats(1.0), stats(1.01)], "compile": [stats(2.0), stats(3.0)]}
+    assert agree(compile_apart, [0.5, 0.505])
+    assert not agree(compile_apart, [0.5, 0.52])
+    assert not agree(compile_apart, [0.5])  # one worker's pairing was skipped: compile's medians count
+    assert not agree({"eager": [stats(1.0), stats(1.5)], "compile": [stats(2.0), stats(2.0)]}, [0.5, 0.5])
     # End to end, with the agreement decided here (CPU workers' medians can differ two-fold): two
     # workers when they agree, and the lower kept (never in a candidate's favour).
     seen = []
     monkeypatch.setattr(evaluator_module, "_workers_agree",
-                        lambda samples, ratios, cfg, paired: seen.append(len(samples["eager"])) or True)
+                        lambda samples, ratios, cfg: seen.append(len(samples["eager"])) or True)
     with Evaluator("cpu", TEST_CONFIG.replace(baseline_workers=3), cache_dir=tmp_path) as ev:
         times = ev.baselines(get_task(GELU_TASK))
     (entry,) = json.loads((tmp_path / "baselines.json").read_text()).values()
@@ -302,6 +301,17 @@ def test_the_compile_speedup_of_a_paired_timing_is_bridged_through_eager(cpu_eva
     assert entry["compile_pairing"] == result.compile_pairing and entry["compile_pairings"][0]["pairs"] >= 40
 
 
+def test_of_two_workers_paired_ratios_the_one_less_favourable_to_candidates_is_kept(tmp_path, monkeypatch):
+    # The speedup vs compile is the speedup vs eager over eager's ratio to compile: of two workers'
+    # ratios the higher is kept (compile the faster), as the lower of two times is.
+    monkeypatch.setattr(evaluator_module, "_workers_agree", lambda samples, ratios, cfg: len(ratios) == 2)
+    config = TEST_CONFIG.replace(**PAIRED, baselines=("eager", "compile"), baseline_workers=3)
+    with Evaluator("cpu", config, cache_dir=tmp_path) as evaluator:
+        entry = evaluator.baselines(get_task(GELU_TASK))
+    ratios = [pairing["eager_over_compile"] for pairing in entry["compile_pairings"]]
+    assert len(ratios) == 2 and entry["compile_pairing"]["eager_over_compile"] == max(ratios)
+
+
 def test_a_candidate_wrong_only_while_paired_with_the_reference_is_incorrect(cpu_evaluator):
     task = get_task(GELU_TASK)
     source = task.source + """
@@ -329,33 +339,6 @@ def test_a_candidate_that_could_slow_the_paired_reference_loses_the_pairing(cpu_
     assert result.ok, result.message
     assert "global module hooks" in result.host_pairing["skipped"]
     assert result.speedup_vs_eager == pytest.approx(result.eager_time.median_ms / result.candidate_time.median_ms)
-
-
-def test_opting_out_of_the_pairing_completes_a_baseline_that_stopped_on_the_paired_ratios(tmp_path, monkeypatch, wide_pairing_band):
-    # Where candidates are paired, the third baseline worker is skipped when the first two agree on
-    # what a paired comparison uses (the paired eager/compile ratio), whatever eager's medians do.
-    # A candidate whose pairing is then skipped is compared with eager's medians, so the entry is
-    # measured again with them counted before the speedup is set.
-    monkeypatch.setattr(evaluator_module, "_workers_agree", lambda samples, ratios, cfg, paired: paired)
-    task = get_task(GELU_TASK)
-    config = TEST_CONFIG.replace(**PAIRED, baselines=("eager", "compile"), baseline_workers=3)
-    hooked = task.source + "\ntorch.nn.modules.module.register_module_forward_hook(lambda m, i, o: None)\n" + IDENTITY
-    with Evaluator("cpu", config, cache_dir=tmp_path) as evaluator:
-        paired = evaluator.evaluate(task, task.source + IDENTITY)
-        assert paired.ok and "ratio" in paired.host_pairing, paired.message
-        (entry,) = json.loads((tmp_path / "baselines.json").read_text()).values()
-        assert len(entry["eager_worker_medians_ms"]) == 2 and "unpaired_final" not in entry
-        assert paired.compile_pairing["eager_over_compile"] == max(p["eager_over_compile"] for p in entry["compile_pairings"])
-        opted_out = evaluator.evaluate(task, hooked)
-        assert opted_out.ok and "global module hooks" in opted_out.host_pairing["skipped"], opted_out.message
-        (entry,) = json.loads((tmp_path / "baselines.json").read_text()).values()
-        assert len(entry["eager_worker_medians_ms"]) == 3 and entry["unpaired_final"] is True
-        assert opted_out.eager_time.median_ms == sorted(entry["eager_worker_medians_ms"])[1]
-        assert opted_out.speedup_vs_eager == pytest.approx(entry["eager"]["median_ms"] / opted_out.candidate_time.median_ms)
-        again = evaluator.evaluate(task, hooked)  # the completed entry is final: nothing measured again
-        assert again.ok and again.eager_time.median_ms == opted_out.eager_time.median_ms
-        (entry,) = json.loads((tmp_path / "baselines.json").read_text()).values()
-        assert len(entry["worker_wall_s"]) == 3
 
 
 REFERENCE_CLASS = ("for _cls in torch.nn.Module.__subclasses__():\n"
@@ -466,8 +449,7 @@ def _confirm_with(second_verdict):
         calls.append(result)
         second_verdict(result)
 
-    evaluator = type("FakeEvaluator", (), {"_judge": staticmethod(judge), "_set_speedups": staticmethod(Evaluator._set_speedups),
-                                           "_complete_unpaired_baselines": staticmethod(lambda *args: None)})()
+    evaluator = type("FakeEvaluator", (), {"_judge": staticmethod(judge), "_set_speedups": staticmethod(Evaluator._set_speedups)})()
     before = EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.INTERNAL_ERROR, eager_time=_timed(2.0),
                         compiled=True)
     first = EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.OK, correct=True, eager_time=_timed(2.0),

@@ -22,9 +22,9 @@ def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch
               config.device_bound_issue_ratio if config.baseline_workers > 1 else None,
               # which baselines' torch.compile pairing is skipped as device time (worker._pair_baselines)
               PAIRING_ISSUE_RATIO if config.host_pairing else None,
-              # paired entries may stop on the paired ratios' agreement, and keep the higher of two
-              # ratios (2026-12-05; Evaluator._baseline_entry)
-              "paired stop" if config.host_pairing else None)
+              # paired entries stop on their eager/compile ratios' agreement instead of compile's
+              # medians, and keep the higher of two ratios (2026-12-05; Evaluator._baseline_entry)
+              "ratio agreement" if config.host_pairing else None)
     digest = hashlib.sha256(json.dumps([source_hash, sizes, timing], sort_keys=True).encode()).hexdigest()[:16]
     return f"{task_id}|{device}|torch {torch_version}|{config.precision}|{digest}"
 

@@ -67,10 +67,12 @@ class EvalConfig:
     # where it applies: CUDA by default. On the 2-core CPU (2026-12-05, the 18 built-in tasks with a
     # solution) the reference as its own candidate came out 0.989-1.016 paired where it came out
     # 0.24-1.95 unpaired (benchmarks/results/cpu_pairing_builtin_2026-12-05.json), but some reference
-    # solutions took up to 5x longer in paired calls than alone (run_cpu_cold_paired_2026-12-05.json).
-    # Their kernels run OpenMP regions of their own (-fopenmp); alternating them with PyTorch's
-    # threads is the likely cause (not separated). A CPU pairing would charge that to the candidate,
-    # so the CPU is not paired by default.
+    # solutions took up to 5x longer in paired calls than alone (run_cpu_cold_paired_2026-12-05.json),
+    # a slowdown the pairing would charge to the candidate, so the CPU is not paired by default. The
+    # cause is not separated: in a plain process, alternation cost bias_scale_sigmoid's solution 25%
+    # (OMP_WAIT_POLICY made no difference); in the eval worker, glibc malloc's thresholds fixed by
+    # environment gave 3 of 3 evaluations at its unpaired speed, against 1 of 4 without, but did not
+    # remove the spread between processes (cpu_pairing_builtin_malloc_fixed_2026-12-05_partial.json).
     host_pairing: tuple[str, ...] = ("cuda",)
     # A milestone is confirmed: when the candidate comes out more than the reward's 5% faster than a
     # baseline, a second fresh eval worker judges it again (correctness included) and the slower time

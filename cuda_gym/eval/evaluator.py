@@ -64,17 +64,14 @@ def _device_bound(samples: dict[str, list[dict[str, Any]]], config: EvalConfig) 
                for stats in samples.values())
 
 
-def _workers_agree(samples: dict[str, list[dict[str, Any]]], ratios: list[float], config: EvalConfig, *,
-                   paired: bool) -> bool:
-    """Two workers measured what a comparison uses, within `baseline_agreement` of each other.
-    `ratios`: each worker's eager-over-compile pairing, where both measured one; the speedup vs
-    compile is then bridged through it, so compile's own medians do not count. `paired`: the
-    candidate's speedup vs eager is its host pairing's ratio, so eager's medians do not count
-    either (they are shown, and used where a pairing is skipped: then an entry stopped this way is
-    completed, `_baseline_entry(unpaired=True)`)."""
+def _workers_agree(samples: dict[str, list[dict[str, Any]]], ratios: list[float], config: EvalConfig) -> bool:
+    """Two workers measured what a speedup uses, within `baseline_agreement` of each other: eager's
+    medians, and compile's, or, where both workers paired compile with eager (`ratios`, each
+    worker's eager-over-compile ratio), those two ratios instead: the speedup vs compile is then
+    bridged through the ratio (Evaluator._set_speedups), so compile's own median sets no speedup."""
     bridged = len(ratios) == 2 and "compile" in samples
     groups = [[stats["median_ms"] for stats in times] for name, times in samples.items()
-              if not (name == "compile" and bridged) and not (name == "eager" and paired)]
+              if not (name == "compile" and bridged)]
     if bridged:
         groups.append(ratios)
     for values in groups:
@@ -148,7 +145,7 @@ class Evaluator:
         'worker_medians_ms' / 'worker_methods': {name: each fresh worker's median / timing method, in
         the order run}, 'worker_wall_s': [per worker: seconds waiting for spares ('settle'), the whole
         job ('job', process start included) and the worker's own phases], 'compile_pairing': eager's
-        paired ratio to torch.compile, the median over the workers (the lower of two), or why none (`EvalResult.compile_pairing`;
+        paired ratio to torch.compile, the median over the workers (the higher of two), or why none (`EvalResult.compile_pairing`;
         'compile_pairings': every worker's), 'compile_cache': per worker, inductor's graph-cache hits and
         misses in its torch.compile warm-up (`prewarm`), cached with the times}."""
         backend = self._check_backend(backend)
@@ -311,39 +308,21 @@ class Evaluator:
             return
         result.compiled = True
         if config.baselines:
-            self._apply_baselines(result, self._baseline_entry(task, backend, config))
+            entry = self._baseline_entry(task, backend, config)
+            for name in ("eager", "compile"):
+                if entry.get(name):
+                    setattr(result, f"{name}_time", TimingStats(**entry[name]))
+            result.compile_pairing = dict(entry.get("compile_pairing") or {})
+            for name, error in entry.get("errors", {}).items():
+                result.flags.append(f"baseline_{name}_failed")
+                result.runtime_log += f"[{name} baseline] {error}\n"
         before_judging = copy.deepcopy(result) if config.confirm_faster else None
         self._judge(task, candidate, backend, config, env, result)
         if result.correct and result.candidate_time:
-            self._complete_unpaired_baselines(task, backend, config, result, before_judging)
             self._set_speedups(result, config)
             if (before_judging is not None and claims_milestone(result)
                     and not config.device_bound(result.candidate_time.method, result.candidate_time.detail)):
                 self._confirm(task, candidate, backend, config, env, result, before_judging)
-
-    @staticmethod
-    def _apply_baselines(result: EvalResult, entry: dict[str, Any]) -> None:
-        """A baseline entry's times, compile pairing and errors, onto a result."""
-        for name in ("eager", "compile"):
-            setattr(result, f"{name}_time", TimingStats(**entry[name]) if entry.get(name) else None)
-        result.compile_pairing = dict(entry.get("compile_pairing") or {})
-        for name, error in entry.get("errors", {}).items():
-            if f"baseline_{name}_failed" not in result.flags:
-                result.flags.append(f"baseline_{name}_failed")
-                result.runtime_log += f"[{name} baseline] {error}\n"
-
-    def _complete_unpaired_baselines(self, task: Task, backend: str, config: EvalConfig, result: EvalResult,
-                                     *others: EvalResult | None) -> None:
-        """A correct candidate compared without a host pairing (skipped, or not asked for) uses the
-        baselines' own medians: if the task's entry stopped on the paired ratios' agreement, it is
-        completed first (`_baseline_entry(unpaired=True)`), so that opting out of the pairing never
-        buys a comparison with a less settled baseline. `others`: results judged with the same entry."""
-        if not config.baselines or "ratio" in result.host_pairing:
-            return
-        entry = self._baseline_entry(task, backend, config, unpaired=True)  # at once where final
-        for each in (result, *others):
-            if each is not None:
-                self._apply_baselines(each, entry)
 
     def _confirm(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],
                  result: EvalResult, before_judging: EvalResult) -> None:
@@ -355,8 +334,6 @@ class Evaluator:
         second = before_judging
         try:
             self._judge(task, candidate, backend, config, env, second)
-            if second.correct and second.candidate_time is not None:
-                self._complete_unpaired_baselines(task, backend, config, second, first, result)
         except Exception as exc:  # noqa: BLE001 - an unconfirmed claim earns nothing
             second.error_code, second.correct = ErrorCode.INTERNAL_ERROR, False
             second.message = f"evaluator error: {type(exc).__name__}: {exc}"
@@ -533,20 +510,14 @@ class Evaluator:
         """Whether baseline workers pair torch.compile with eager (EvalConfig.host_pairing)."""
         return backend in config.host_pairing and {"eager", "compile"} <= set(config.baselines)
 
-    def _baselines_needed(self, backend: str, config: EvalConfig, *, unpaired: bool = False) -> tuple[str, ...]:
-        """What a cached baseline entry must hold to be used as it is (`unpaired`: by a candidate
-        whose host pairing was skipped or not asked for)."""
+    def _baselines_needed(self, backend: str, config: EvalConfig) -> tuple[str, ...]:
+        """What a cached baseline entry must hold to be used as it is."""
         needed = (*config.baselines, "profiles") if backend == "cuda" and config.baselines else tuple(config.baselines)
-        needed = (*needed, "compile_pairing") if self._pairs_baselines(backend, config) else needed
-        return (*needed, "unpaired_final") if unpaired else needed
+        return (*needed, "compile_pairing") if self._pairs_baselines(backend, config) else needed
 
-    def _baseline_entry(self, task: Task, backend: str, config: EvalConfig, *, unpaired: bool = False) -> dict[str, Any]:
-        """The task's cached baselines, measured where missing. Candidates are host-paired on
-        `backend` (EvalConfig.host_pairing), so the first measurement may stop on the agreement of
-        what a paired comparison uses; `unpaired`: an entry that stopped so is completed."""
+    def _baseline_entry(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
         key = self._baseline_key(task, backend, config)
         pair_baselines = self._pairs_baselines(backend, config)
-        paired_candidates = backend in config.host_pairing and "eager" in config.baselines and not unpaired
 
         def measure_once() -> tuple[dict[str, Any], str]:
             """One baseline job in a fresh worker: (its 'baseline' message with the worker's
@@ -595,27 +566,21 @@ class Evaluator:
             # fastest of several would make the reference slower than itself. A failed worker
             # counts only when no worker measured the baseline. With three workers, the third runs
             # only when the first two disagree by more than `baseline_agreement` on what a
-            # comparison uses (_workers_agree): the median of three lies between the first two
-            # whatever the third measures. Where candidates are host-paired, that is the paired
-            # eager/compile ratio alone; such an entry is not final for an unpaired comparison
-            # ('unpaired_final' absent) until it is measured again with eager's medians counted.
+            # speedup uses (_workers_agree): the median of three lies between the first two
+            # whatever the third measures.
             entry: dict[str, Any] = {"errors": {}}
             if not config.baselines:
-                return {**entry, "unpaired_final": True}
+                return entry
             samples: dict[str, list[dict[str, Any]]] = {name: [] for name in config.baselines}
             profiles: dict[str, list[Any]] = {name: [] for name in config.baselines}  # beside samples
             errors = []
-            unpaired_final = True
             for started in range(config.baseline_workers):
                 if started == 1 and _device_bound(samples, config):
                     break
                 if started == 2 and config.baseline_workers == 3:
                     ratios = [p["eager_over_compile"] for p in entry.get("compile_pairings", [])
                               if "eager_over_compile" in p]
-                    if _workers_agree(samples, ratios, config, paired=False):
-                        break
-                    if paired_candidates and _workers_agree(samples, ratios, config, paired=True):
-                        unpaired_final = False
+                    if _workers_agree(samples, ratios, config):
                         break
                 measured, error = measure_once()
                 if error:
@@ -657,11 +622,9 @@ class Evaluator:
                                 if "eager_over_compile" in p)
                 entry["compile_pairing"] = ({"eager_over_compile": ratios[len(ratios) // 2]} if ratios else
                                             next(iter(entry.get("compile_pairings", [])), {"skipped": "not measured"}))
-            if unpaired_final:
-                entry["unpaired_final"] = True
             return entry
 
-        return self._baselines.get(key, compute, self._baselines_needed(backend, config, unpaired=unpaired))
+        return self._baselines.get(key, compute, self._baselines_needed(backend, config))
 
     # -------------------------------------------------------------------------------------- judge
     def _judge(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],
