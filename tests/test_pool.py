@@ -2,7 +2,16 @@
 and a job never waits for a start while a ready spare exists."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 from cuda_gym.eval.pool import WorkerPool, WorkerSpec
+
+from .helpers import GELU_TASK
+from .leaks import leaked, snapshot
 
 
 def _spec(tmp_path) -> WorkerSpec:
@@ -61,3 +70,36 @@ def test_a_worker_asked_to_yield_the_cpu_runs_on_idle_time_only(tmp_path):
     finally:
         yielding.kill()
         plain.kill()
+
+
+ENDLESS_EVALUATION = """
+import sys, time
+from cuda_gym.eval import EvalConfig, Evaluator
+from cuda_gym.tasks import get_task
+task = get_task(sys.argv[1])
+source = task.source + "\\n\\nclass ModelNew(Model):\\n    def forward(self, *args):\\n        while True:\\n            pass\\n"
+evaluator = Evaluator("cpu", EvalConfig(baselines=(), policy="permissive", eval_timeout_s=600.0))
+evaluator.submit(task, source)
+print("submitted", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_worker_in_an_endless_loop_dies_with_its_evaluators_process(tmp_path):
+    # Killing the evaluator's process (SIGKILL: no close(), no atexit) must not leave its worker
+    # running the candidate's loop, orphaned, at full CPU. (Here the worker went also without
+    # sandbox.die_with_parent; that guard is for the orphan seen once after a test run was stopped,
+    # a worker whose parent had died, 37 minutes at full CPU, not reproduced.)
+    cache = tmp_path / "cache"
+    before = snapshot()
+    env = {**os.environ, "CUDA_GYM_CACHE": str(cache)}
+    process = subprocess.Popen([sys.executable, "-c", ENDLESS_EVALUATION, GELU_TASK], env=env,
+                               cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "submitted"
+        time.sleep(8.0)  # the worker starts, makes the reference outputs and enters the loop
+    finally:
+        process.kill()
+        process.wait()
+    leftovers = leaked(before, str(cache), grace_s=15.0)
+    assert not leftovers, f"processes left behind: {leftovers}"

@@ -494,7 +494,7 @@ def _copy_rotated_into(live: list[Any], values: list[Any], shifts: list[int]) ->
         if not isinstance(dst, torch.Tensor):
             continue
         if not shift or not dst.is_contiguous():
-            dst.copy_(torch.roll(src.reshape(-1), shift).reshape(src.shape) if shift else src)
+            _copy_into([dst], _variant([src], [shift]))
             continue
         out, flat = dst.view(-1), src.reshape(-1)
         shift %= flat.numel()
@@ -1174,12 +1174,14 @@ def worker_main(conn: Any, setup: dict) -> None:
     """Entry point of a worker process; `setup` is JSON-able (see pool.py)."""
     channel = _Channel(conn)
     try:
+        parentless = [] if sandbox.die_with_parent() else ["die_with_parent"]
         sandbox.new_session()
         sandbox.redirect_output(setup["log_path"])
         sandbox.close_inherited_fds(keep=[conn.fileno()])
         os.chdir(setup["scratch_dir"])
         os.environ.update(setup["env"])
-        failed = sandbox.apply_limits(max_file_mb=setup["max_file_mb"], address_space_gb=setup["address_space_gb"])
+        failed = parentless + sandbox.apply_limits(max_file_mb=setup["max_file_mb"],
+                                                   address_space_gb=setup["address_space_gb"])
         confined = setup["role"] in ("build", "eval")
         if setup.get("yield_cpu"):
             failed += sandbox.yield_cpu()
