@@ -65,7 +65,7 @@ class EvalConfig:
     # order per pair, a fresh input per pair, both outputs checksummed), and the speedups use the
     # median per-pair ratio (EvalResult.compared_candidate_ms). Needs the eager baseline. The backends
     # where it applies: CUDA by default. On the 2-core CPU (2026-12-05, the 18 built-in tasks with a
-    # solution) the reference as its own candidate came out 0.989-1.016 paired where it came out
+    # solution) the reference as its own candidate came out 0.989-1.016 paired (17) where it came out
     # 0.24-1.95 unpaired (benchmarks/results/cpu_pairing_builtin_2026-12-05.json), but some reference
     # solutions took up to 5x longer in paired calls than alone (run_cpu_cold_paired_2026-12-05.json),
     # a slowdown the pairing would charge to the candidate, so the CPU is not paired by default. The
