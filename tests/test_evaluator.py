@@ -236,15 +236,6 @@ PAIRED = dict(host_pairing=("cpu",), policy="permissive", timing_warmup_s=0.0, t
               warmup_reps=1, timing_reps=4, timing_min_reps=4)
 
 
-@pytest.fixture
-def wide_pairing_band(monkeypatch):
-    """The 2x band between the paired medians and the unpaired timings, made 100x: on the 2-core CPU
-    a whole worker process is at times 4x slow (benchmarks/results/cpu_pairing_builtin_2026-12-05.json),
-    which the band (tested on its own above) rightly answers by skipping the pairing; these tests are
-    about what a pairing that stands does."""
-    monkeypatch.setattr(evaluator_module, "PAIRED_AGREEMENT", 100.0)
-
-
 def test_host_pairing_times_the_candidate_against_the_reference_in_its_own_worker(cpu_evaluator, wide_pairing_band):
     # EvalConfig.host_pairing: the speedup vs eager is the median per-pair ratio, measured in the
     # candidate's worker against a fresh reference; the identity comes out near 1.00.

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from cuda_gym.eval import ErrorCode, worker
-from cuda_gym.eval import evaluator as evaluator_module
 from cuda_gym.eval.memory import NotEnoughMemory, plan_memory
 from cuda_gym.tasks import get_task, solution_path
 
@@ -166,9 +165,7 @@ def test_the_paired_reference_copy_is_dropped_before_the_task_is():
         setup(1, (one_trial + 0.5 * weights) / 2**30)  # not even the candidate's copy: TASK_ERROR as before
 
 
-def test_a_task_with_no_room_for_the_paired_copy_is_judged_unpaired(cpu_evaluator, monkeypatch):
-    # A whole CPU worker is at times 4x slow; the pairing's 2x band would then skip the roomy pairing.
-    monkeypatch.setattr(evaluator_module, "PAIRED_AGREEMENT", 100.0)
+def test_a_task_with_no_room_for_the_paired_copy_is_judged_unpaired(cpu_evaluator, wide_pairing_band):
     task = get_task("builtin/L2/linear_gelu")
     config = replace(cpu_evaluator.config, host_pairing=("cpu",), policy="permissive", timing_warmup_s=0.0,
                      timing_budget_s=0.0, warmup_reps=1, timing_reps=4, timing_min_reps=4)

@@ -572,16 +572,17 @@ class Evaluator:
             if not config.baselines:
                 return entry
             samples: dict[str, list[dict[str, Any]]] = {name: [] for name in config.baselines}
+
+            def paired_ratios() -> list[float]:  # each worker's eager-over-compile ratio, where measured
+                return [p["eager_over_compile"] for p in entry.get("compile_pairings", []) if "eager_over_compile" in p]
+
             profiles: dict[str, list[Any]] = {name: [] for name in config.baselines}  # beside samples
             errors = []
             for started in range(config.baseline_workers):
                 if started == 1 and _device_bound(samples, config):
                     break
-                if started == 2 and config.baseline_workers == 3:
-                    ratios = [p["eager_over_compile"] for p in entry.get("compile_pairings", [])
-                              if "eager_over_compile" in p]
-                    if _workers_agree(samples, ratios, config):
-                        break
+                if started == 2 and config.baseline_workers == 3 and _workers_agree(samples, paired_ratios(), config):
+                    break
                 measured, error = measure_once()
                 if error:
                     errors.append(error)
@@ -618,8 +619,7 @@ class Evaluator:
                     entry["errors"][name] = errors[-1] if errors else "the baseline worker reported no time"
             if pair_baselines:  # the median worker's ratio, else why none was measured. Of two, the
                 # higher: it makes compile the faster, so it is never in a candidate's favour.
-                ratios = sorted(p["eager_over_compile"] for p in entry.get("compile_pairings", [])
-                                if "eager_over_compile" in p)
+                ratios = sorted(paired_ratios())
                 entry["compile_pairing"] = ({"eager_over_compile": ratios[len(ratios) // 2]} if ratios else
                                             next(iter(entry.get("compile_pairings", [])), {"skipped": "not measured"}))
             return entry

@@ -1174,14 +1174,13 @@ def worker_main(conn: Any, setup: dict) -> None:
     """Entry point of a worker process; `setup` is JSON-able (see pool.py)."""
     channel = _Channel(conn)
     try:
-        parentless = [] if sandbox.die_with_parent() else ["die_with_parent"]
+        failed = [] if sandbox.die_with_parent() else ["die_with_parent"]  # limits not applied
         sandbox.new_session()
         sandbox.redirect_output(setup["log_path"])
         sandbox.close_inherited_fds(keep=[conn.fileno()])
         os.chdir(setup["scratch_dir"])
         os.environ.update(setup["env"])
-        failed = parentless + sandbox.apply_limits(max_file_mb=setup["max_file_mb"],
-                                                   address_space_gb=setup["address_space_gb"])
+        failed += sandbox.apply_limits(max_file_mb=setup["max_file_mb"], address_space_gb=setup["address_space_gb"])
         confined = setup["role"] in ("build", "eval")
         if setup.get("yield_cpu"):
             failed += sandbox.yield_cpu()
