@@ -22,6 +22,7 @@ import platform
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
@@ -58,6 +59,7 @@ def summarize(rows: list[dict]) -> dict:
         eager = [r["speedup_vs_eager"] for r in ok if r.get("speedup_vs_eager")]
         levels[str(level)] = {
             "tried": len(mine), "ok": len(ok),
+            "devices": dict(sorted(Counter(str(r.get("device")) for r in mine).items())),
             "errors": {code: sum(r["error_code"] == code for r in mine) for code in sorted({r["error_code"] for r in mine})},
             "eager_within_2pct": sum(abs(s - 1) <= 0.02 for s in eager),
             "eager_within_3pct": sum(abs(s - 1) <= 0.03 for s in eager),
@@ -116,6 +118,8 @@ def main() -> int:
         return 2
     out = Path(args.out)
     payload = json.loads(out.read_text()) if out.exists() else {"tasks": []}
+    for row in payload["tasks"]:  # rows written before rows carried their device: the file's device then
+        row.setdefault("device", payload.get("device"))
     done = {row["task_id"] for row in payload["tasks"]}
     todo = [t for t in tasks if t.id not in done]
     # Big level-1 tasks first, then level 3, then the rest: a partial sweep covers memory and timing.
@@ -141,7 +145,7 @@ def main() -> int:
         longest[row["level"]] = max(longest.get(row["level"], 0.0), row["seconds"] or 0.0)
     stopped = False
     with Evaluator(args.backend, config) as evaluator:
-        payload["device"] = evaluator.device_name
+        payload["device"] = evaluator.device_name  # this run's; a resumed file's rows each name their own
         prewarmed: set[str] = set()
 
         def out_of_time(task) -> bool:
@@ -174,7 +178,8 @@ def main() -> int:
             base = evaluator.baselines(task)
             peaks = [p for p in (result.device_memory.get("peak_gib"), base.get("peak_gib")) if p is not None]
             row = {
-                "task_id": task.id, "level": task.level, "error_code": result.error_code.value,
+                "task_id": task.id, "level": task.level, "device": evaluator.device_name,
+                "error_code": result.error_code.value,
                 "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
                 "peak_device_gib": max(peaks) if peaks else None, "seconds": round(time.monotonic() - task_started, 2),
                 "candidate_ms": result.candidate_time.median_ms if result.candidate_time else None,

@@ -85,6 +85,19 @@ def test_the_sweep_judges_the_identity_and_resumes(tmp_path):
     assert second.returncode == 0, second.stderr[-2000:]
     again = json.loads(out.read_text())["tasks"]
     assert [(r["task_id"], r["seconds"]) for r in again] == [(r["task_id"], r["seconds"]) for r in rows]
+    # Each row names the device that judged it, so a sweep resumed on another card keeps its rows apart;
+    # rows of a file written before rows carried it take the file's device.
+    device = json.loads(out.read_text())["device"]
+    assert device.startswith("cpu") and {r["device"] for r in again} == {device}
+    assert json.loads(out.read_text())["summary"]["1"]["devices"] == {device: 2}
+    older = json.loads(out.read_text())
+    older["device"] = "an older card"
+    for row in older["tasks"]:
+        del row["device"]
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    assert _sweep(tmp_path, tmp_path / "older.json").returncode == 0
+    resumed = json.loads((tmp_path / "older.json").read_text())
+    assert {r["device"] for r in resumed["tasks"]} == {"an older card"} and resumed["device"] == device
     # --max-minutes starts no task that the longest of its level so far (resumed rows included)
     # would carry past the limit.
     payload = json.loads(out.read_text())
