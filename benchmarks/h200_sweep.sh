@@ -3,6 +3,7 @@
 # optionally a cold `cuda-gym run` first (COLD_RUN=1), then benchmarks/kernelbench_sweep.py with both
 # baselines, resumed from $PREV_SWEEP with $PREV_BASELINES as the baseline cache, until BUDGET_S
 # seconds of the call are used (no task is started that would end past it; a hard stop at HARD_S).
+# RERUN_TASKS (comma-separated task ids) judges those tasks again first, into rerun.json.
 # Writes run_cold.json, sweep.json and baselines.json under $OUT: carry them back as the next call's
 # PREV_SWEEP and PREV_BASELINES (a later call on the same warm machine resumes from its /tmp copy,
 # and finds its inductor cache there too). From the repo root, with KernelBench at .kb/KernelBench:
@@ -22,6 +23,14 @@ if [ "${COLD_RUN:-0}" = 1 ]; then
   echo "cold run rc=$? wall=$(elapsed) s" | tee "$OUT/run_cold_wall.txt"
   cp /tmp/cg_run_cold/baselines.json "$OUT/run_cold_baselines.json" 2>/dev/null  # where its baseline time went
   grep -v "it/s\]\|s/it\]" "$OUT/run_cold.log" | tail -30
+fi
+if [ -n "${RERUN_TASKS:-}" ]; then
+  # Tasks judged again into their own file first (say, for the eval worker's memory peaks per phase):
+  # comma-separated task ids, fresh baselines, the sweep's inductor cache.
+  CUDA_GYM_CACHE=/tmp/cg_rerun TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_sweep timeout 300 \
+    python3 benchmarks/kernelbench_sweep.py --tasks "$RERUN_TASKS" --out "$OUT/rerun.json" > /tmp/rerun.log 2>&1
+  echo "rerun rc=$? wall=$(elapsed) s"
+  grep -v "it/s\]\|s/it\]" /tmp/rerun.log | tail -8
 fi
 mkdir -p /tmp/cg_sweep
 if [ -f /tmp/cg_sweep/sweep.json ]; then

@@ -197,7 +197,8 @@ def main() -> int:
                 "baseline_compile_cache": base.get("compile_cache"),
                 "baseline_compile_pairings": base.get("compile_pairings"),  # each worker's eager/compile ratio
                 "eval_seconds": result.eval_seconds, "build_seconds": result.compile_seconds,
-                "flags": result.flags, "memory": result.device_memory,
+                "flags": result.flags, "memory": result.device_memory,  # the eval worker's plan and peaks
+                "baseline_peak_gib": base.get("peak_gib"),
                 "baseline_workers": config.baseline_workers, "timer_revision": TIMER_REVISION,
                 "confirm_faster": config.confirm_faster,
                 "message": "" if result.ok else result.message[:500],

@@ -181,3 +181,35 @@ def test_a_task_with_no_room_for_the_paired_copy_is_judged_unpaired(cpu_evaluato
     assert tight.ok, tight.message
     assert "does not fit the memory plan" in tight.host_pairing["skipped"]
     assert tight.device_memory["model_copy_gib"] == pytest.approx(weights_gib)
+
+
+def test_the_phase_clock_names_the_phase_of_the_peak(monkeypatch):
+    # The CUDA allocator's peak counters, simulated: what each phase reserved and allocated at most.
+    import torch
+
+    peaks = {"reserved": 0, "allocated": 0}
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a, **k: peaks["reserved"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: peaks["allocated"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a, **k: peaks.update(reserved=0, allocated=0))
+    clock = worker._PhaseClock("cuda")
+    peaks.update(reserved=10 * gib, allocated=9 * gib)
+    clock.mark("setup")
+    assert peaks == {"reserved": 0, "allocated": 0}  # each phase's peak is its own
+    peaks.update(reserved=40 * gib, allocated=20 * gib)  # cached segments well past the live tensors
+    clock.mark("timing")
+    peaks.update(reserved=30 * gib, allocated=28 * gib)
+    meta = clock.memory_meta()
+    assert meta["peak_gib"] == 40.0 and meta["peak_phase"] == "timing"
+    assert meta["peak_allocated_gib"] == 28.0  # the live tensors' peak, in the phase still running
+    assert meta["phase_peak_gib"] == {"setup": [10.0, 9.0], "timing": [40.0, 20.0], "(current)": [30.0, 28.0]}
+    assert worker._PhaseClock("cpu").memory_meta() == {}
+    # The evaluator keeps them in the result's device_memory, beside the plan.
+    from cuda_gym.eval import EvalConfig, EvalResult
+    from cuda_gym.eval.evaluator import _Judgement
+    from cuda_gym.eval.protocol import Message
+
+    result = EvalResult(task_id="t", backend="cuda", error_code=ErrorCode.OK, device_memory={"budget_gib": 64.0})
+    assert _Judgement(EvalConfig(), result).on_message(Message("memory", meta))
+    assert result.device_memory == {"budget_gib": 64.0, "peak_gib": 40.0, "peak_allocated_gib": 28.0,
+                                    "peak_phase": "timing", "phase_peak_gib": meta["phase_peak_gib"]}

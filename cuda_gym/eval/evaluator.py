@@ -748,8 +748,14 @@ class _Judgement:
             self.timing = meta
             self.stage = "the correctness trials"
             return True
-        if message.kind == "memory":
+        if message.kind == "memory":  # the worker's peaks (_PhaseClock.memory_meta)
             self.result.device_memory["peak_gib"] = float(meta.get("peak_gib", 0.0))
+            if "peak_allocated_gib" in meta:
+                self.result.device_memory["peak_allocated_gib"] = float(meta["peak_allocated_gib"])
+                self.result.device_memory["peak_phase"] = str(meta.get("peak_phase", ""))[:40]
+                self.result.device_memory["phase_peak_gib"] = {
+                    str(name)[:40]: [float(v) for v in pair][:2]
+                    for name, pair in dict(meta.get("phase_peak_gib") or {}).items()}
             return True
         if message.kind == "kernels":
             self.kernels = meta

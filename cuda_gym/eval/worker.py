@@ -685,10 +685,16 @@ def _setup_or_error(channel: _Channel, job: dict, device: str) -> _TaskSetup | N
 
 
 class _PhaseClock:
-    """Seconds spent in each named phase of a job, in order (`phases`: name -> seconds)."""
+    """Seconds spent in each named phase of a job, in order (`phases`: name -> seconds), and on
+    CUDA the most the caching allocator reserved in each (`reserved_gib`; the peak is reset at
+    each mark) beside the most live tensors took (`allocated_gib`): where a job's peak comes from,
+    and whether it is tensors or the allocator's cached segments."""
 
-    def __init__(self):
+    def __init__(self, device: str = "cpu"):
         self.phases: dict[str, float] = {}
+        self.reserved_gib: dict[str, float] = {}
+        self.allocated_gib: dict[str, float] = {}
+        self._cuda = device == "cuda"
         self._last = _perf_counter()
 
     def mark(self, name: str) -> float:
@@ -696,7 +702,23 @@ class _PhaseClock:
         now = _perf_counter()
         self.phases[name] = now - self._last
         self._last = now
+        if self._cuda:
+            self.reserved_gib[name] = round(torch.cuda.max_memory_reserved() / memory.GIB, 3)
+            self.allocated_gib[name] = round(torch.cuda.max_memory_allocated() / memory.GIB, 3)
+            torch.cuda.reset_peak_memory_stats()
         return self.phases[name]
+
+    def memory_meta(self) -> dict[str, Any]:
+        """The job's peaks so far (the phases' and the one running now), in GiB, and the phase of
+        the reserved peak: {"peak_gib", "peak_allocated_gib", "peak_phase", "phase_peak_gib":
+        {phase: [reserved, allocated]}}; {} off CUDA."""
+        if not self._cuda:
+            return {}
+        reserved = {**self.reserved_gib, "(current)": round(torch.cuda.max_memory_reserved() / memory.GIB, 3)}
+        allocated = {**self.allocated_gib, "(current)": round(torch.cuda.max_memory_allocated() / memory.GIB, 3)}
+        phase = max(reserved, key=reserved.get)
+        return {"peak_gib": reserved[phase], "peak_allocated_gib": max(allocated.values()), "peak_phase": phase,
+                "phase_peak_gib": {name: [reserved[name], allocated[name]] for name in reserved}}
 
 
 def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
@@ -708,7 +730,7 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
     (timing_parity_cuda_h200_2026-12-01_call3.json), so only the same history times the reference
     submitted as its own candidate at 1.00x."""
     config = job["config"]
-    clock = _PhaseClock()
+    clock = _PhaseClock(device)
     setup = _setup_or_error(channel, job, device)
     if setup is None:
         return
@@ -746,7 +768,7 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
             result["compile_pairing"] = _pair_baselines(compiled, model, setup, device, config, result)
             clock.mark("compile_pairing")
     if device == "cuda":
-        result["memory"]["peak_gib"] = round(torch.cuda.max_memory_reserved() / memory.GIB, 3)
+        result["memory"].update(clock.memory_meta())
     channel.send("baseline", result)  # the times first: a profiler that fails or hangs loses nothing
     if device == "cuda":
         # After both timings (the profiler slows later launches): one profiled forward of each, here
@@ -853,7 +875,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
     config = job["config"]
     policy = config["policy"]
     started = _perf_counter()
-    clock = _PhaseClock()
+    clock = _PhaseClock(device)
     setup = _setup_or_error(channel, job, device)
     if setup is None:
         return
@@ -926,6 +948,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         _error(channel, code, message, traceback=traceback.format_exc(limit=8))
         return
     channel.send("loaded", {"seconds": _perf_counter() - started})
+    clock.mark("load")
 
     # Timing comes before the correctness trials: the trials' op recorder runs a profiler session,
     # and after one the process's host overhead per op is no longer what a baseline worker's is.
@@ -941,6 +964,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
     timing_meta = {"stats": _stats_meta(stats), "flags": timing_flags, "checksums": sums,
                    "audit": audit.meta(), "tampered": tamper.changes()}
     channel.send("timing", timing_meta)
+    clock.mark("timing")
     if paired is not None:
         try:
             channel.send("pairing", {**paired.time(model, stats, probe, audit, config), "tampered": tamper.changes()})
@@ -952,6 +976,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
             _error(channel, code, message, traceback=traceback.format_exc(limit=8))
             return
         del paired
+        clock.mark("pairing")
 
     forbidden: dict[str, int] = {}
     native_calls = 0
@@ -1010,8 +1035,9 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
     checks = {"forbidden_ops": forbidden, "native_calls": native_calls, "tampered": tamper.changes(), "flags": flags}
     channel.send("checks", checks)
     if device == "cuda":
+        clock.mark("trials")
         setup.release_reference_outputs()
-        channel.send("memory", {"peak_gib": round(torch.cuda.max_memory_reserved() / memory.GIB, 3)})
+        channel.send("memory", clock.memory_meta())
     if device == "cuda":
         _send_kernels(channel, model, setup, policy, tamper)
 
