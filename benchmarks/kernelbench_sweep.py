@@ -197,6 +197,7 @@ def main() -> int:
                 "baseline_compile_cache": base.get("compile_cache"),
                 "baseline_compile_pairings": base.get("compile_pairings"),  # each worker's eager/compile ratio
                 "eval_seconds": result.eval_seconds, "build_seconds": result.compile_seconds,
+                "eval_stage_seconds": result.stage_seconds,  # when each stage of the eval worker ended
                 "flags": result.flags, "memory": result.device_memory,  # the eval worker's plan and peaks
                 "baseline_peak_gib": base.get("peak_gib"),
                 "baseline_workers": config.baseline_workers, "timer_revision": TIMER_REVISION,
