@@ -1,0 +1,71 @@
+"""benchmarks/gpu_soak.py on the CPU (the smoke CI runs of the GPU soak): a small seeded mix over a
+one-task KernelBench-format folder written here, the built-in solutions and the CPU hostile catalogue.
+Every candidate gets its expected verdict, no process is left behind, and a resumed run judges only
+the verdicts its file lacks."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LINEAR_RELU = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+def get_inputs():
+    return [torch.randn(32, 64)]
+
+
+def get_init_inputs():
+    return [64]
+"""
+
+
+def _soak(tmp_path: Path, cache_dir: str, out: Path, *extra: str) -> tuple[dict, str]:
+    env = {**os.environ, "CUDA_GYM_KERNELBENCH": str(tmp_path / "kb"), "CUDA_GYM_CACHE": cache_dir}
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_soak.py"), "--backend", "cpu", "--n", "8",
+                          "--seed", "0", "--out", str(out), *extra],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    files = list(out.glob("gpu_soak_cpu_*.json"))
+    assert len(files) == 1, run.stdout[-2000:]
+    return json.loads(files[0].read_text()), run.stdout
+
+
+def test_the_soak_gives_every_candidate_its_verdict_and_resumes(tmp_path, cache_dir):
+    (tmp_path / "kb" / "level2").mkdir(parents=True)
+    (tmp_path / "kb" / "level2" / "1_Linear_ReLU.py").write_text(LINEAR_RELU)
+    first, printed = _soak(tmp_path, cache_dir, tmp_path / "first")
+    assert "plan of 8, 8 to judge" in printed
+    assert first["complete"] and first["judged"] == 8 and first["wrong_verdicts"] == 0, first["wrong"]
+    assert first["processes_left"] == []
+    verdicts = first["verdicts"]
+    assert sorted(verdicts, key=int) == [str(i) for i in range(8)]
+    assert all(v["got"] == v["expected"] for v in verdicts.values())
+    # Seed 0's plan mixes the kinds: the identity, the scaled output, and the failures before judging.
+    assert {"kernelbench_identity", "kernelbench_wrong", "compile_error", "invalid_action"} <= {
+        v["kind"] for v in verdicts.values()}
+
+    # A run cut short keeps what it judged: three verdicts taken out of the file are judged again,
+    # the other five kept as they were.
+    partial = dict(first, verdicts={k: v for k, v in verdicts.items() if k not in {"1", "3", "6"}})
+    (tmp_path / "partial.json").write_text(json.dumps(partial))
+    resumed, printed = _soak(tmp_path, cache_dir, tmp_path / "second", "--resume", str(tmp_path / "partial.json"))
+    assert "plan of 8, 3 to judge" in printed
+    assert resumed["complete"] and resumed["judged"] == 8 and resumed["wrong_verdicts"] == 0, resumed["wrong"]
+    assert {k: resumed["verdicts"][k] for k in partial["verdicts"]} == partial["verdicts"]
+    assert {k: resumed["verdicts"][k]["kind"] for k in ("1", "3", "6")} == {k: verdicts[k]["kind"] for k in ("1", "3", "6")}
+    assert resumed["processes_left"] == []
