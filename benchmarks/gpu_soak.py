@@ -125,6 +125,8 @@ def main() -> None:
         parser.error(f"--resume {source}: no such file")
     previous = json.loads(source.read_text()) if args.resume is not None and source.exists() else {}
     rows: dict[int, dict] = {int(k): v for k, v in previous.get("verdicts", {}).items()}
+    for row in rows.values():  # verdicts written before each named its device: the file's device then
+        row.setdefault("device", previous.get("device"))
 
     started = time.monotonic()
     gpu_before = gpu_state()
@@ -145,7 +147,8 @@ def main() -> None:
                 entry = counts.setdefault(group, {"judged": 0, "as_expected": 0})
                 entry["judged"] += 1
                 entry["as_expected"] += r["got"] == r["expected"]
-            payload = {"date": dt.date.today().isoformat(), "backend": args.backend, "device": evaluator.device_name,
+            payload = {"date": dt.date.today().isoformat(), "backend": args.backend,
+                       "device": evaluator.device_name,  # this run's; each verdict names its own
                        "n": args.n, "seed": args.seed, "judged": len(rows), "wrong_verdicts": len(wrong),
                        "by_kind": counts, "wrong": {str(i): r for i, r in sorted(wrong.items())[:50]},
                        "seconds_this_run": round(time.monotonic() - started, 1),
@@ -177,7 +180,8 @@ def main() -> None:
                 index, kind = pending.pop(future)
                 result = future.result()
                 rows[index] = {"kind": kind.name, "task_id": kind.task_id, "expected": kind.expected,
-                               "got": result.error_code.value, "message": result.message[:200]}
+                               "got": result.error_code.value, "message": result.message[:200],
+                               "device": evaluator.device_name}
                 if rows[index]["got"] != kind.expected:
                     print(f"#{index} {kind.name}: {result.error_code.value} (expected {kind.expected}): "
                           f"{result.message[:160]}", flush=True)

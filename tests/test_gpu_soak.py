@@ -54,7 +54,7 @@ def test_the_soak_gives_every_candidate_its_verdict_and_resumes(tmp_path, cache_
     assert first["processes_left"] == []
     verdicts = first["verdicts"]
     assert sorted(verdicts, key=int) == [str(i) for i in range(8)]
-    assert all(v["got"] == v["expected"] for v in verdicts.values())
+    assert all(v["got"] == v["expected"] and v["device"] == first["device"] for v in verdicts.values())
     # Seed 0's plan mixes the kinds: the identity, the scaled output, and the failures before judging.
     assert {"kernelbench_identity", "kernelbench_wrong", "compile_error", "invalid_action"} <= {
         v["kind"] for v in verdicts.values()}
@@ -62,10 +62,15 @@ def test_the_soak_gives_every_candidate_its_verdict_and_resumes(tmp_path, cache_
     # A run cut short keeps what it judged: three verdicts taken out of the file are judged again,
     # the other five kept as they were.
     partial = dict(first, verdicts={k: v for k, v in verdicts.items() if k not in {"1", "3", "6"}})
+    # (one verdict from before verdicts named their device: it takes the file's)
+    partial["device"] = "an older card"
+    del partial["verdicts"]["0"]["device"]
     (tmp_path / "partial.json").write_text(json.dumps(partial))
     resumed, printed = _soak(tmp_path, cache_dir, tmp_path / "second", "--resume", str(tmp_path / "partial.json"))
     assert "plan of 8, 3 to judge" in printed
     assert resumed["complete"] and resumed["judged"] == 8 and resumed["wrong_verdicts"] == 0, resumed["wrong"]
+    assert resumed["verdicts"]["0"]["device"] == "an older card"
+    partial["verdicts"]["0"]["device"] = "an older card"
     assert {k: resumed["verdicts"][k] for k in partial["verdicts"]} == partial["verdicts"]
     assert {k: resumed["verdicts"][k]["kind"] for k in ("1", "3", "6")} == {k: verdicts[k]["kind"] for k in ("1", "3", "6")}
     assert resumed["processes_left"] == []
