@@ -24,13 +24,17 @@ if [ "${COLD_RUN:-0}" = 1 ]; then
   cp /tmp/cg_run_cold/baselines.json "$OUT/run_cold_baselines.json" 2>/dev/null  # where its baseline time went
   grep -v "it/s\]\|s/it\]" "$OUT/run_cold.log" | tail -30
 fi
-if [ -n "${RERUN_TASKS:-}" ]; then
+if [ -n "${RERUN_TASKS:-}" ] && [ $(( ${BUDGET_S:-500} - $(elapsed) )) -ge 60 ]; then
   # Tasks judged again into their own file first (say, for the eval worker's memory peaks per phase):
-  # comma-separated task ids, fresh baselines, the sweep's inductor cache.
-  CUDA_GYM_CACHE=/tmp/cg_rerun TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_sweep timeout 300 \
-    python3 benchmarks/kernelbench_sweep.py --tasks "$RERUN_TASKS" --out "$OUT/rerun.json" > /tmp/rerun.log 2>&1
+  # comma-separated task ids, fresh baselines (an empty cache), the sweep's inductor cache, within
+  # the call's budget. Its log starts sweep.log.
+  rm -rf /tmp/cg_rerun
+  LEFT_S=$(( ${BUDGET_S:-500} - $(elapsed) ))
+  CUDA_GYM_CACHE=/tmp/cg_rerun TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_sweep \
+    timeout $(( ${HARD_S:-585} - $(elapsed) )) python3 benchmarks/kernelbench_sweep.py --tasks "$RERUN_TASKS" \
+    --max-minutes "$(python3 -c "print(round($LEFT_S / 60, 2))")" --out "$OUT/rerun.json" > "$OUT/sweep.log" 2>&1
   echo "rerun rc=$? wall=$(elapsed) s"
-  grep -v "it/s\]\|s/it\]" /tmp/rerun.log | tail -8
+  grep -v "it/s\]\|s/it\]" "$OUT/sweep.log" | tail -8
 fi
 mkdir -p /tmp/cg_sweep
 if [ -f /tmp/cg_sweep/sweep.json ]; then
@@ -43,7 +47,7 @@ LEFT_S=$(( ${BUDGET_S:-500} - $(elapsed) ))
 if [ "$LEFT_S" -ge 60 ]; then
   CUDA_GYM_CACHE=/tmp/cg_sweep TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_sweep \
     timeout $(( ${HARD_S:-585} - $(elapsed) )) python3 benchmarks/kernelbench_sweep.py --levels "${LEVELS:-1,2,3}" \
-    --max-minutes "$(python3 -c "print(round($LEFT_S / 60, 2))")" --out /tmp/cg_sweep/sweep.json > "$OUT/sweep.log" 2>&1
+    --max-minutes "$(python3 -c "print(round($LEFT_S / 60, 2))")" --out /tmp/cg_sweep/sweep.json >> "$OUT/sweep.log" 2>&1
   echo "sweep rc=$?"
   grep -v "it/s\]\|s/it\]" "$OUT/sweep.log" | tail -25
 fi

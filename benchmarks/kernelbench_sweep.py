@@ -9,8 +9,11 @@ so that a partial sweep still covers the memory plan.
     python benchmarks/kernelbench_sweep.py --candidates my_kernels/ --levels 1,2
 
 The candidates folder holds `level1/19_ReLU.py` (KernelBench's layout) or `L1/19_ReLU.py`. Writes
-`{"tasks": [{task_id, level, error_code, speedup_vs_eager, speedup_vs_compile, peak_device_gib,
-seconds, ...}], "summary": {...}}` and prints a per-level summary.
+`{"tasks": [{task_id, level, device, error_code, speedup_vs_eager, speedup_vs_compile, peak_device_gib,
+seconds, ...}], "summary": {...}}` and prints a per-level summary. Beside those, each row keeps
+where its time and memory went: the baseline workers' phases (`baseline_worker_wall_s`) and peaks
+(`baseline_peak_gib`, `baseline_worker_memory`), the eval worker's stages (`eval_stage_seconds`) and
+its memory plan and peaks per phase (`memory`).
 """
 from __future__ import annotations
 
@@ -199,7 +202,7 @@ def main() -> int:
                 "eval_seconds": result.eval_seconds, "build_seconds": result.compile_seconds,
                 "eval_stage_seconds": result.stage_seconds,  # when each stage of the eval worker ended
                 "flags": result.flags, "memory": result.device_memory,  # the eval worker's plan and peaks
-                "baseline_peak_gib": base.get("peak_gib"),
+                "baseline_peak_gib": base.get("peak_gib"), "baseline_worker_memory": base.get("worker_memory"),
                 "baseline_workers": config.baseline_workers, "timer_revision": TIMER_REVISION,
                 "confirm_faster": config.confirm_faster,
                 "message": "" if result.ok else result.message[:500],

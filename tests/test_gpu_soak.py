@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 LINEAR_RELU = """import torch
@@ -45,6 +47,7 @@ def _soak(tmp_path: Path, cache_dir: str, out: Path, *extra: str) -> tuple[dict,
     return json.loads(files[0].read_text()), run.stdout
 
 
+@pytest.mark.slow
 def test_the_soak_gives_every_candidate_its_verdict_and_resumes(tmp_path, cache_dir):
     (tmp_path / "kb" / "level2").mkdir(parents=True)
     (tmp_path / "kb" / "level2" / "1_Linear_ReLU.py").write_text(LINEAR_RELU)
@@ -55,9 +58,11 @@ def test_the_soak_gives_every_candidate_its_verdict_and_resumes(tmp_path, cache_
     verdicts = first["verdicts"]
     assert sorted(verdicts, key=int) == [str(i) for i in range(8)]
     assert all(v["got"] == v["expected"] and v["device"] == first["device"] for v in verdicts.values())
-    # Seed 0's plan mixes the kinds: the identity, the scaled output, and the failures before judging.
-    assert {"kernelbench_identity", "kernelbench_wrong", "compile_error", "invalid_action"} <= {
+    # Seed 0's plan mixes the kinds: the identity and the scaled output, a built-in solution, a hostile
+    # file, and the failures before judging.
+    assert {"kernelbench_identity", "kernelbench_wrong", "compile_error", "invalid_action", "builtin_solution"} <= {
         v["kind"] for v in verdicts.values()}
+    assert any(v["kind"].startswith("hostile:") for v in verdicts.values())
 
     # A run cut short keeps what it judged: three verdicts taken out of the file are judged again,
     # the other five kept as they were.

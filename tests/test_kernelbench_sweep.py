@@ -77,6 +77,10 @@ def test_the_sweep_judges_the_identity_and_resumes(tmp_path):
         assert row["error_code"] == "OK", row["message"]
         assert row["speedup_vs_eager"] > 0 and row["seconds"] > 0
         assert row["speedup_vs_compile"] is None  # --no-compile-baseline
+        # Where the time went: the eval worker's stages, in order of their end.
+        stages = row["eval_stage_seconds"]
+        assert {"reference", "timing", "checks"} <= set(stages) and stages["reference"] <= stages["checks"]
+        assert row["baseline_peak_gib"] is None and row["baseline_worker_memory"] == []  # CUDA only
     summary = json.loads(out.read_text())["summary"]["1"]
     assert summary["tried"] == 2 and summary["ok"] == 2 and summary["geomean_speedup_vs_compile"] is None
     assert "level" in first.stdout and "wrote" in first.stdout

@@ -183,27 +183,59 @@ def test_a_task_with_no_room_for_the_paired_copy_is_judged_unpaired(cpu_evaluato
     assert tight.device_memory["model_copy_gib"] == pytest.approx(weights_gib)
 
 
+class _SimulatedAllocator:
+    """torch's C peak counters of the CUDA caching allocator, simulated (bytes): what is reserved
+    and allocated now, and the peaks since the last reset."""
+
+    def __init__(self):
+        self.reserved = self.allocated = self.reserved_peak = self.allocated_peak = 0
+
+    def set(self, reserved: float, allocated: float) -> None:  # GiB
+        self.reserved, self.allocated = int(reserved * 2**30), int(allocated * 2**30)
+        self.reserved_peak = max(self.reserved_peak, self.reserved)
+        self.allocated_peak = max(self.allocated_peak, self.allocated)
+
+    def stats(self, device: int) -> dict:
+        return {"reserved_bytes": {"all": {"peak": self.reserved_peak}},
+                "allocated_bytes": {"all": {"peak": self.allocated_peak}}}
+
+    def reset(self, device: int) -> None:
+        self.reserved_peak, self.allocated_peak = self.reserved, self.allocated
+
+
 def test_the_phase_clock_names_the_phase_of_the_peak(monkeypatch):
-    # The CUDA allocator's peak counters, simulated: what each phase reserved and allocated at most.
     import torch
 
-    peaks = {"reserved": 0, "allocated": 0}
-    gib = 2**30
-    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a, **k: peaks["reserved"])
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: peaks["allocated"])
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a, **k: peaks.update(reserved=0, allocated=0))
+    from cuda_gym.eval import memory
+
+    allocator = _SimulatedAllocator()
+    monkeypatch.setattr(torch._C, "_cuda_memoryStats", allocator.stats, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_resetPeakMemoryStats", allocator.reset, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(memory, "peak_meter", None)
     clock = worker._PhaseClock("cuda")
-    peaks.update(reserved=10 * gib, allocated=9 * gib)
+    assert memory.peak_meter is not None  # scrub_freed reports to it
+    # Candidate code patching torch.cuda's Python functions changes nothing the clock reads.
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a, **k: "patched")
+    allocator.set(10, 9)
     clock.mark("setup")
-    assert peaks == {"reserved": 0, "allocated": 0}  # each phase's peak is its own
-    peaks.update(reserved=40 * gib, allocated=20 * gib)  # cached segments well past the live tensors
+    allocator.set(8, 8)
+    # A scrub takes every cached block (allocated = reserved while it runs), then frees them: its
+    # allocations stay out of the allocated peak; what the phase allocated before it counts.
+    allocator.set(40, 20)
+    allocator.set(30, 12)
+    memory.peak_meter.before_scrub()
+    allocator.set(30, 30)
+    allocator.set(30, 12)
+    memory.peak_meter.after_scrub()
+    allocator.set(32, 14)
     clock.mark("timing")
-    peaks.update(reserved=30 * gib, allocated=28 * gib)
+    allocator.set(31, 28)
     meta = clock.memory_meta()
     assert meta["peak_gib"] == 40.0 and meta["peak_phase"] == "timing"
+    assert meta["phase_peak_gib"] == {"setup": [10.0, 9.0], "timing": [40.0, 20.0], "(current)": [32.0, 28.0]}
     assert meta["peak_allocated_gib"] == 28.0  # the live tensors' peak, in the phase still running
-    assert meta["phase_peak_gib"] == {"setup": [10.0, 9.0], "timing": [40.0, 20.0], "(current)": [30.0, 28.0]}
-    assert worker._PhaseClock("cpu").memory_meta() == {}
+    assert worker._PhaseClock("cpu").memory_meta() == {} and memory.peak_meter is None
     # The evaluator keeps them in the result's device_memory, beside the plan.
     from cuda_gym.eval import EvalConfig, EvalResult
     from cuda_gym.eval.evaluator import _Judgement
@@ -213,3 +245,26 @@ def test_the_phase_clock_names_the_phase_of_the_peak(monkeypatch):
     assert _Judgement(EvalConfig(), result).on_message(Message("memory", meta))
     assert result.device_memory == {"budget_gib": 64.0, "peak_gib": 40.0, "peak_allocated_gib": 28.0,
                                     "peak_phase": "timing", "phase_peak_gib": meta["phase_peak_gib"]}
+
+
+@pytest.mark.parametrize("meta", [
+    {"peak_gib": "patched"},
+    {"peak_gib": 1.0, "peak_allocated_gib": "x", "peak_phase": [], "phase_peak_gib": {"a": ["1", 2]}},
+    {"peak_gib": float("nan"), "phase_peak_gib": [1, 2]},
+    {"peak_gib": True, "phase_peak_gib": {"a": 3}},
+])
+def test_a_malformed_memory_report_is_left_out_not_an_error(meta):
+    # The memory message comes from a process where candidate code ran: values it could have bent
+    # (a patched allocator query) are dropped, and the verdict is still the checks' to make.
+    from cuda_gym.eval import EvalConfig, EvalResult
+    from cuda_gym.eval.evaluator import _Judgement
+    from cuda_gym.eval.protocol import Message
+
+    result = EvalResult(task_id="t", backend="cuda", error_code=ErrorCode.OK, device_memory={"budget_gib": 64.0})
+    judge = _Judgement(EvalConfig(), result)
+    assert judge.on_message(Message("memory", meta)) and not judge.decided
+    kept = result.device_memory
+    assert kept["budget_gib"] == 64.0
+    assert all(isinstance(kept[key], float) for key in ("peak_gib", "peak_allocated_gib") if key in kept)
+    assert all(isinstance(v, float) for pair in kept.get("phase_peak_gib", {}).values() for v in pair)
+    assert "peak_gib" not in kept or meta["peak_gib"] == 1.0

@@ -147,7 +147,8 @@ class Evaluator:
         job ('job', process start included) and the worker's own phases], 'compile_pairing': eager's
         paired ratio to torch.compile, the median over the workers (the higher of two), or why none (`EvalResult.compile_pairing`;
         'compile_pairings': every worker's), 'compile_cache': per worker, inductor's graph-cache hits and
-        misses in its torch.compile warm-up (`prewarm`), cached with the times}."""
+        misses in its torch.compile warm-up (`prewarm`), 'worker_memory': per worker (cuda), its peaks
+        and the phase of each (`EvalResult.device_memory`'s keys), cached with the times}."""
         backend = self._check_backend(backend)
         entry = self._baseline_entry(task, backend, config or self.config)
         return {name: (TimingStats(**entry[name]) if entry.get(name) else None) for name in ("eager", "compile")} | {
@@ -156,7 +157,7 @@ class Evaluator:
             "worker_methods": {name: entry.get(f"{name}_worker_methods") for name in ("eager", "compile")},
             "worker_wall_s": entry.get("worker_wall_s", []), "compile_pairing": entry.get("compile_pairing", {}),
             "compile_pairings": entry.get("compile_pairings", []),
-            "compile_cache": entry.get("compile_cache", [])}
+            "compile_cache": entry.get("compile_cache", []), "worker_memory": entry.get("worker_memory", [])}
 
     def prewarm(self, tasks: list[Task], *, backend: str | None = None, config: EvalConfig | None = None,
                 parallel: int | None = None) -> dict[str, str]:
@@ -602,9 +603,13 @@ class Evaluator:
                 if "compile_warmup_s" in measured:
                     entry.setdefault("compile_warmup_s", []).append(measured["compile_warmup_s"])
                     entry.setdefault("compile_cache", []).append(measured.get("compile_cache") or {})
-                peak = (measured.get("memory") or {}).get("peak_gib")
+                worker_memory = measured.get("memory") or {}
+                peak = worker_memory.get("peak_gib")
                 if peak is not None:
                     entry["peak_gib"] = max(float(peak), entry.get("peak_gib", 0.0))
+                    entry.setdefault("worker_memory", []).append(
+                        {key: worker_memory[key] for key in ("peak_gib", "peak_allocated_gib", "peak_phase",
+                                                             "phase_peak_gib") if key in worker_memory})
             if backend == "cuda":
                 entry["profiles"] = {}
             for name in config.baselines:
@@ -748,19 +753,33 @@ class _Judgement:
             self.timing = meta
             self.stage = "the correctness trials"
             return True
-        if message.kind == "memory":  # the worker's peaks (_PhaseClock.memory_meta)
-            self.result.device_memory["peak_gib"] = float(meta.get("peak_gib", 0.0))
-            if "peak_allocated_gib" in meta:
-                self.result.device_memory["peak_allocated_gib"] = float(meta["peak_allocated_gib"])
-                self.result.device_memory["peak_phase"] = str(meta.get("peak_phase", ""))[:40]
-                self.result.device_memory["phase_peak_gib"] = {
-                    str(name)[:40]: [float(v) for v in pair][:2]
-                    for name, pair in dict(meta.get("phase_peak_gib") or {}).items()}
+        if message.kind == "memory":
+            self._on_memory(meta)
             return True
         if message.kind == "kernels":
             self.kernels = meta
             return True
         return self.verdict(ErrorCode.FORBIDDEN, f"the worker sent an unexpected message {message.kind!r}")
+
+    def _on_memory(self, meta: dict[str, Any]) -> None:
+        """The worker's memory peaks (worker._PhaseClock.memory_meta) into `device_memory`. Sent
+        after candidate code ran in that process: what is not a finite number (or a short name)
+        is left out, never an error, so the verdict stays the checks' to make."""
+        def gib(value: Any) -> float | None:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            return float(value) if ok else None
+
+        memory_info = self.result.device_memory
+        for key in ("peak_gib", "peak_allocated_gib"):
+            if gib(meta.get(key)) is not None:
+                memory_info[key] = gib(meta.get(key))
+        if isinstance(meta.get("peak_phase"), str):
+            memory_info["peak_phase"] = meta["peak_phase"][:40]
+        phases = meta.get("phase_peak_gib")
+        if isinstance(phases, dict):
+            memory_info["phase_peak_gib"] = {
+                str(name)[:40]: [gib(v) for v in pair] for name, pair in list(phases.items())[:20]
+                if isinstance(pair, list) and len(pair) == 2 and all(gib(v) is not None for v in pair)}
 
     def _on_reference(self, message: Message) -> bool:
         if self.stage != "setup":

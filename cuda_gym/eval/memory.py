@@ -160,6 +160,48 @@ def device_used_bytes(device: str) -> int:
     return 0  # host tensors are counted in the plan's own terms (the budget is what is left)
 
 
+class PeakMeter:
+    """The CUDA caching allocator's peaks, reserved and allocated, between `take` calls, read
+    through torch's C functions as they were when the meter was made (in a worker, before any
+    candidate code: candidate code can patch torch.cuda's Python functions). The allocations of
+    `scrub_freed` are left out of the allocated peak (they take every cached block, so they would
+    make it the cache's size); its reserved peak counts (it takes only cached blocks)."""
+
+    def __init__(self):
+        import torch
+
+        self._stats = torch._C._cuda_memoryStats
+        self._reset = torch._C._cuda_resetPeakMemoryStats
+        self._device = torch.cuda.current_device()
+        self._held = (0, 0)  # peaks noted before the scrubs since the last take (bytes)
+
+    def _peaks(self) -> tuple[int, int]:
+        stats = self._stats(self._device)
+        return int(stats["reserved_bytes"]["all"]["peak"]), int(stats["allocated_bytes"]["all"]["peak"])
+
+    def before_scrub(self) -> None:
+        reserved, allocated = self._peaks()
+        self._held = (max(self._held[0], reserved), max(self._held[1], allocated))
+
+    def after_scrub(self) -> None:
+        reserved, _ = self._peaks()
+        self._reset(self._device)
+        self._held = (max(self._held[0], reserved), self._held[1])
+
+    def take(self) -> tuple[float, float]:
+        """(reserved, allocated) peaks in GiB since the last take, which starts a new span."""
+        reserved, allocated = self._peaks()
+        self._reset(self._device)
+        peaks = (max(self._held[0], reserved) / GIB, max(self._held[1], allocated) / GIB)
+        self._held = (0, 0)
+        return peaks
+
+
+# The worker's meter (worker.py's _PhaseClock sets it on CUDA); scrub_freed keeps its own
+# allocations out of the meter's allocated peak.
+peak_meter: PeakMeter | None = None
+
+
 def scrub_freed(device: str, sizes: Sequence[int] = (), *, keep_cache: bool = False) -> None:
     """Fill memory that the allocator holds free with NaN bytes, so candidate code is never handed
     a freed reference output. On CUDA every free block of torch's caching allocator is taken (a
@@ -170,6 +212,9 @@ def scrub_freed(device: str, sizes: Sequence[int] = (), *, keep_cache: bool = Fa
 
     held = []
     if device == "cuda":
+        meter = peak_meter
+        if meter is not None:
+            meter.before_scrub()
         for segment in torch.cuda.memory_snapshot():
             for block in segment.get("blocks", []):
                 if block.get("state") == "inactive" and block.get("size", 0) > 0:
@@ -183,6 +228,8 @@ def scrub_freed(device: str, sizes: Sequence[int] = (), *, keep_cache: bool = Fa
         # `keep_cache`: left in the cache (scrubbed), so that the next calls allocate as fast as before.
         if not keep_cache:
             torch.cuda.empty_cache()
+        if meter is not None:
+            meter.after_scrub()
         return
     else:
         for size in sizes:

@@ -686,39 +686,42 @@ def _setup_or_error(channel: _Channel, job: dict, device: str) -> _TaskSetup | N
 
 class _PhaseClock:
     """Seconds spent in each named phase of a job, in order (`phases`: name -> seconds), and on
-    CUDA the most the caching allocator reserved in each (`reserved_gib`; the peak is reset at
-    each mark) beside the most live tensors took (`allocated_gib`): where a job's peak comes from,
-    and whether it is tensors or the allocator's cached segments."""
+    CUDA the most the caching allocator reserved in each (`reserved_gib`) beside the most live
+    tensors took (`allocated_gib`; memory scrubs left out): where a job's peak comes from, and
+    whether it is tensors or the allocator's cached segments. Each mark resets the allocator's
+    peak counters (memory.PeakMeter); the first phase's peaks start at _TaskSetup's own reset,
+    after the model and the base inputs were made."""
 
     def __init__(self, device: str = "cpu"):
         self.phases: dict[str, float] = {}
         self.reserved_gib: dict[str, float] = {}
         self.allocated_gib: dict[str, float] = {}
-        self._cuda = device == "cuda"
+        self._meter = memory.PeakMeter() if device == "cuda" else None
+        memory.peak_meter = self._meter  # one job per worker process
         self._last = _perf_counter()
 
     def mark(self, name: str) -> float:
-        """Ends the phase `name` now; returns its seconds."""
+        """Ends the phase `name` now (and its memory peaks); returns its seconds."""
         now = _perf_counter()
         self.phases[name] = now - self._last
         self._last = now
-        if self._cuda:
-            self.reserved_gib[name] = round(torch.cuda.max_memory_reserved() / memory.GIB, 3)
-            self.allocated_gib[name] = round(torch.cuda.max_memory_allocated() / memory.GIB, 3)
-            torch.cuda.reset_peak_memory_stats()
+        if self._meter is not None:
+            reserved, allocated = self._meter.take()
+            self.reserved_gib[name], self.allocated_gib[name] = round(reserved, 3), round(allocated, 3)
         return self.phases[name]
 
     def memory_meta(self) -> dict[str, Any]:
         """The job's peaks so far (the phases' and the one running now), in GiB, and the phase of
         the reserved peak: {"peak_gib", "peak_allocated_gib", "peak_phase", "phase_peak_gib":
         {phase: [reserved, allocated]}}; {} off CUDA."""
-        if not self._cuda:
+        if self._meter is None:
             return {}
-        reserved = {**self.reserved_gib, "(current)": round(torch.cuda.max_memory_reserved() / memory.GIB, 3)}
-        allocated = {**self.allocated_gib, "(current)": round(torch.cuda.max_memory_allocated() / memory.GIB, 3)}
-        phase = max(reserved, key=reserved.get)
-        return {"peak_gib": reserved[phase], "peak_allocated_gib": max(allocated.values()), "peak_phase": phase,
-                "phase_peak_gib": {name: [reserved[name], allocated[name]] for name in reserved}}
+        reserved, allocated = (round(v, 3) for v in self._meter.take())
+        phases = {name: [self.reserved_gib[name], self.allocated_gib[name]] for name in self.reserved_gib}
+        phases["(current)"] = [reserved, allocated]
+        phase = max(phases, key=lambda name: phases[name][0])
+        return {"peak_gib": phases[phase][0], "peak_allocated_gib": max(pair[1] for pair in phases.values()),
+                "peak_phase": phase, "phase_peak_gib": phases}
 
 
 def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
