@@ -909,7 +909,7 @@ WATCHED_MODULES = (
     "secrets", "random", "statistics", "numpy", "multiprocessing.connection", "torch", "torch.cuda", "torch.nn", "torch.nn.functional",
     "torch.nn.modules.module", "torch.linalg", "torch.autograd", "torch.autograd.grad_mode",
     "torch.autograd.profiler", "torch.profiler", "torch.profiler.profiler", "torch.utils._python_dispatch",
-    "torch.cuda.memory",
+    "torch.cuda.memory", "torch.cuda.streams",
     "torch.library", "torch._C", "torch._ops", "torch.overrides", "torch.backends", "torch.backends.cuda",
     "torch.backends.cudnn", "torch.random", "torch.testing", "torch.utils.cpp_extension",
     "cuda_gym.native", "cuda_gym.eval.worker", "cuda_gym.eval.guard", "cuda_gym.eval.timing", "cuda_gym.eval.memory",
