@@ -910,6 +910,13 @@ WATCHED_MODULES = (
     "torch.nn.modules.module", "torch.linalg", "torch.autograd", "torch.autograd.grad_mode",
     "torch.autograd.profiler", "torch.profiler", "torch.profiler.profiler", "torch.utils._python_dispatch",
     "torch.cuda.memory", "torch.cuda.streams",
+    # Modules whose functions the worker's checks reach after the candidate loaded, through globals
+    # resolved at call time (found in the session 19 audit): json's encoder, the pytree walk of the
+    # op recorder, torch's dispatch-rule registry, the profiler's event tables, hook handles,
+    # contextlib (the audit's context managers), device-index helpers, numpy's array_equal, os.
+    "json.encoder", "torch.utils._pytree", "torch._library.simple_registry", "torch.autograd.profiler_util",
+    "torch.utils.hooks", "torch.cuda._utils", "torch._utils", "torch._tensor", "torch.utils._contextlib",
+    "contextlib", "weakref", "collections", "numpy._core.numeric", "os",
     "torch.library", "torch._C", "torch._ops", "torch.overrides", "torch.backends", "torch.backends.cuda",
     "torch.backends.cudnn", "torch.random", "torch.testing", "torch.utils.cpp_extension",
     "cuda_gym.native", "cuda_gym.eval.worker", "cuda_gym.eval.guard", "cuda_gym.eval.timing", "cuda_gym.eval.memory",
@@ -926,7 +933,18 @@ WATCHED_CLASSES = (
     ("cuda_gym.eval.guard", "_StorageMarks"), ("cuda_gym.eval.guard", "_HostReadWatch"),
     ("cuda_gym.eval.guard", "_CountingModule"), ("torch.overrides", "TorchFunctionMode"),
     ("cuda_gym.eval.worker", "_Channel"), ("cuda_gym.eval.worker", "_TaskSetup"), ("cuda_gym.eval.timing", "Timer"),
+    ("collections", "Counter"),  # the op recorder counts ops in one
 )
+# (module, attribute) pairs whose object must stay the same one: instances and dicts the checks go
+# through, which the module watch above does not compare (it compares callables, modules and classes).
+WATCHED_OBJECTS = (
+    ("json", "_default_encoder"), ("json", "_default_decoder"),
+    ("torch._library.simple_registry", "singleton"),  # torch dispatch rules (a rule for OpRecorder skips it)
+    ("torch.nn.modules.module", "_global_forward_pre_hooks"), ("torch.nn.modules.module", "_global_forward_hooks"),
+    ("torch.utils._pytree", "SUPPORTED_NODES"),
+)
+# Types that must never become pytree nodes: the op recorder finds tensors as the leaves of an op's arguments.
+PYTREE_LEAF_TYPES = (torch.Tensor, torch.nn.Parameter)
 # ATen ops whose kernels the worker's own checks use (comparison, checksums, timing): a candidate
 # that re-registers one of them (torch.library or TORCH_LIBRARY_IMPL) is caught here.
 CHECKED_OPS = ("aten::sub.Tensor", "aten::abs", "aten::max", "aten::sum", "aten::linalg_vector_norm",
@@ -976,6 +994,17 @@ def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
         if isinstance(cls, type):
             classes[f"{module_name}.{class_name}"] = cls
     class_dicts = {name: dict(vars(cls)) for name, cls in classes.items()}
+    objects = {f"{module_name}.{attribute}": (sys.modules[module_name], attribute,
+                                              getattr(sys.modules[module_name], attribute, None))
+               for module_name, attribute in WATCHED_OBJECTS if module_name in sys.modules}
+    pytree = sys.modules.get("torch.utils._pytree")
+    pytree_nodes, leaf_types = getattr(pytree, "SUPPORTED_NODES", {}), PYTREE_LEAF_TYPES
+    # torch.library.register_torch_dispatch(op, cls, rule) makes the rule run instead of cls's
+    # __torch_dispatch__ for that op: one for the op recorder's class would blind it. The registry's
+    # entries are read with vars() (no properties); its table must stay the same dict.
+    registry = getattr(sys.modules.get("torch._library.simple_registry"), "singleton", None)
+    rule_table = vars(registry).get("_data") if registry is not None else None
+    get_attribute = builtins.getattr
     dump_table = torch._C._dispatch_dump_table
     tables = {}
     for op in CHECKED_OPS:
@@ -1045,6 +1074,25 @@ def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
             for key in make_set(now) | make_set(before):
                 if now.get(key, missing) is not before.get(key, missing):
                     changed.append(f"{name}.{key}")
+        for name, (owner, attribute, value) in items(objects):
+            if get_attribute(owner, attribute, missing) is not value:
+                changed.append(name)
+        for leaf in leaf_types:
+            if leaf in pytree_nodes:
+                changed.append(f"torch.utils._pytree.SUPPORTED_NODES[{leaf.__name__}]")
+        if rule_table is not None:
+            try:
+                if get_vars(registry).get("_data") is not rule_table:
+                    changed.append("torch._library.simple_registry.singleton._data")
+                for qualname, entry in items(dict(rule_table)):
+                    holder = get_vars(entry).get("torch_dispatch_rules")
+                    rules = get_vars(holder).get("_data", {}) if holder is not None else {}
+                    for cls in list(rules):
+                        if str(get_attribute(cls, "__module__", "")).startswith("cuda_gym"):
+                            changed.append(f"a torch dispatch rule for {get_attribute(cls, '__name__', '?')} "
+                                           f"on {qualname}")
+            except Exception:  # noqa: BLE001 - an entry made unreadable is itself a change
+                changed.append("torch._library.simple_registry (an entry that cannot be read)")
         for op, table in items(tables):
             if dump_table(op) != table:
                 changed.append(f"kernel of {op}")

@@ -8,11 +8,21 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass, field
+from json import encoder as _json_encoder
 from typing import Any
 
 import numpy as np
 
 _HEADER = struct.Struct("<Q")
+# The worker encodes its messages in a process where candidate code runs, and json's Python layer
+# reads what that code can rebind at call time (json.dumps reads json._default_encoder, and
+# JSONEncoder.iterencode json.encoder.c_make_encoder): a candidate rebinding them rewrote a
+# message's timing before it was signed. So messages are encoded by the C encoder taken here, at
+# import (before any candidate code), which formats floats and ints in C.
+_c_make_encoder = _json_encoder.c_make_encoder
+_c_encode_string = _json_encoder.c_encode_basestring_ascii
+if _c_make_encoder is None or _c_encode_string is None:  # a Python without the _json accelerator
+    raise ImportError("cuda_gym needs CPython's C json encoder (the _json module)")
 _ALLOWED_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool", "complex64"}
 
 
@@ -27,16 +37,23 @@ class Message:
     arrays: list[np.ndarray] = field(default_factory=list)
 
 
+def _not_serializable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _dumps(value: Any) -> str:
+    """json.dumps(value, allow_nan=True), through the C encoder taken at import."""
+    encode = _c_make_encoder({}, _not_serializable, _c_encode_string, None, ": ", ", ", False, False, True)
+    return "".join(encode(value, 0))
+
+
 def encode(kind: str, meta: dict[str, Any] | None = None, arrays: list[np.ndarray] = ()) -> bytes:
     arrays = [np.ascontiguousarray(a) for a in arrays]
-    header = json.dumps(
-        {
-            "kind": kind,
-            "meta": meta or {},
-            "arrays": [{"dtype": a.dtype.name, "shape": list(a.shape)} for a in arrays],
-        },
-        allow_nan=True,
-    ).encode()
+    header = _dumps({
+        "kind": kind,
+        "meta": meta or {},
+        "arrays": [{"dtype": a.dtype.name, "shape": list(a.shape)} for a in arrays],
+    }).encode()
     return b"".join([_HEADER.pack(len(header)), header, *(a.tobytes() for a in arrays)])
 
 
