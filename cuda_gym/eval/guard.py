@@ -942,6 +942,7 @@ WATCHED_OBJECTS = (
     ("torch._library.simple_registry", "singleton"),  # torch dispatch rules (a rule for OpRecorder skips it)
     ("torch.nn.modules.module", "_global_forward_pre_hooks"), ("torch.nn.modules.module", "_global_forward_hooks"),
     ("torch.utils._pytree", "SUPPORTED_NODES"),
+    ("torch.autograd.profiler_util", "MEMORY_EVENT_NAME"),  # the all-threads check tells memory events by it
 )
 # Types that must never become pytree nodes: the op recorder finds tensors as the leaves of an op's arguments.
 PYTREE_LEAF_TYPES = (torch.Tensor, torch.nn.Parameter)
