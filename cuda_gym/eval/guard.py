@@ -943,6 +943,9 @@ WATCHED_OBJECTS = (
     ("torch.nn.modules.module", "_global_forward_pre_hooks"), ("torch.nn.modules.module", "_global_forward_hooks"),
     ("torch.utils._pytree", "SUPPORTED_NODES"),
     ("torch.autograd.profiler_util", "MEMORY_EVENT_NAME"),  # the all-threads check tells memory events by it
+    # record_function hands its region names (the recorder's secret sentinels) to this module when set;
+    # TamperCheck settles torch's lazy lookup of it before the snapshot.
+    ("torch.autograd.profiler", "_cupti_monitor_module"),
 )
 # Types that must never become pytree nodes: the op recorder finds tensors as the leaves of an op's arguments.
 PYTREE_LEAF_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -1139,6 +1142,9 @@ class TamperCheck:
     def __init__(self, device: str, policy: str = "strict"):
         self.device = device
         count_native_calls()  # its own module rebinding happens before the snapshot
+        settle_monitor = getattr(torch.autograd.profiler, "_maybe_cupti_monitor", None)
+        if callable(settle_monitor):  # torch's lazy lookup, done now so that a later change is the candidate's
+            settle_monitor()
         tripwire = Tripwire.arm()
         if policy == "strict":
             tripwire.deny_dynamo()
