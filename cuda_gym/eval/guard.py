@@ -998,9 +998,11 @@ def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
         if isinstance(cls, type):
             classes[f"{module_name}.{class_name}"] = cls
     class_dicts = {name: dict(vars(cls)) for name, cls in classes.items()}
+    # Only what exists now (torch versions differ in what they have): a later change is the candidate's.
     objects = {f"{module_name}.{attribute}": (sys.modules[module_name], attribute,
-                                              getattr(sys.modules[module_name], attribute, None))
-               for module_name, attribute in WATCHED_OBJECTS if module_name in sys.modules}
+                                              getattr(sys.modules[module_name], attribute))
+               for module_name, attribute in WATCHED_OBJECTS
+               if module_name in sys.modules and hasattr(sys.modules[module_name], attribute)}
     pytree = sys.modules.get("torch.utils._pytree")
     pytree_nodes, leaf_types = getattr(pytree, "SUPPORTED_NODES", {}), PYTREE_LEAF_TYPES
     # torch.library.register_torch_dispatch(op, cls, rule) makes the rule run instead of cls's
