@@ -268,3 +268,27 @@ def test_a_malformed_memory_report_is_left_out_not_an_error(meta):
     assert all(isinstance(kept[key], float) for key in ("peak_gib", "peak_allocated_gib") if key in kept)
     assert all(isinstance(v, float) for pair in kept.get("phase_peak_gib", {}).values() for v in pair)
     assert "peak_gib" not in kept or meta["peak_gib"] == 1.0
+
+
+def test_the_phase_clock_runs_without_the_allocator_statistics(monkeypatch):
+    # A torch without the C functions the meter reads (or statistics that cannot be read): the job
+    # still runs, and the peak falls back to the allocator's own query; a scrub still scrubs.
+    import torch
+
+    from cuda_gym.eval import memory
+
+    monkeypatch.delattr(torch._C, "_cuda_memoryStats", raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a, **k: 3 * 2**30)
+    clock = worker._PhaseClock("cuda")
+    clock.mark("setup")
+    assert clock.memory_meta() == {"peak_gib": 3.0} and memory.peak_meter is None
+
+    def broken(device):
+        raise RuntimeError("statistics unavailable")
+
+    monkeypatch.setattr(torch._C, "_cuda_memoryStats", broken, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_resetPeakMemoryStats", broken, raising=False)
+    meter = memory.PeakMeter()
+    meter.before_scrub(), meter.after_scrub()  # never raise: the scrub between them must run
+    assert meter.take() is None

@@ -180,18 +180,28 @@ class PeakMeter:
         return int(stats["reserved_bytes"]["all"]["peak"]), int(stats["allocated_bytes"]["all"]["peak"])
 
     def before_scrub(self) -> None:
-        reserved, allocated = self._peaks()
+        try:
+            reserved, allocated = self._peaks()
+        except Exception:  # noqa: BLE001 - a diagnostic: the scrub must run whatever happens here
+            return
         self._held = (max(self._held[0], reserved), max(self._held[1], allocated))
 
     def after_scrub(self) -> None:
-        reserved, _ = self._peaks()
-        self._reset(self._device)
+        try:
+            reserved, _ = self._peaks()
+            self._reset(self._device)
+        except Exception:  # noqa: BLE001 - a diagnostic
+            return
         self._held = (max(self._held[0], reserved), self._held[1])
 
-    def take(self) -> tuple[float, float]:
-        """(reserved, allocated) peaks in GiB since the last take, which starts a new span."""
-        reserved, allocated = self._peaks()
-        self._reset(self._device)
+    def take(self) -> tuple[float, float] | None:
+        """(reserved, allocated) peaks in GiB since the last take, which starts a new span; None
+        where the allocator's statistics cannot be read."""
+        try:
+            reserved, allocated = self._peaks()
+            self._reset(self._device)
+        except Exception:  # noqa: BLE001 - a diagnostic, never the job's failure
+            return None
         peaks = (max(self._held[0], reserved) / GIB, max(self._held[1], allocated) / GIB)
         self._held = (0, 0)
         return peaks
@@ -214,7 +224,7 @@ def scrub_freed(device: str, sizes: Sequence[int] = (), *, keep_cache: bool = Fa
     if device == "cuda":
         meter = peak_meter
         if meter is not None:
-            meter.before_scrub()
+            meter.before_scrub()  # never raises (PeakMeter): the scrub below always runs
         for segment in torch.cuda.memory_snapshot():
             for block in segment.get("blocks", []):
                 if block.get("state") == "inactive" and block.get("size", 0) > 0:
