@@ -771,8 +771,9 @@ class _Judgement:
 
         memory_info = self.result.device_memory
         for key in ("peak_gib", "peak_allocated_gib"):
-            if gib(meta.get(key)) is not None:
-                memory_info[key] = gib(meta.get(key))
+            value = gib(meta.get(key))
+            if value is not None:
+                memory_info[key] = value
         if isinstance(meta.get("peak_phase"), str):
             memory_info["peak_phase"] = meta["peak_phase"][:40]
         phases = meta.get("phase_peak_gib")
