@@ -7,7 +7,7 @@
 # Writes run_cold.json, sweep.json and baselines.json under $OUT: carry them back as the next call's
 # PREV_SWEEP and PREV_BASELINES (a later call on the same warm machine resumes from its /tmp copy,
 # and finds its inductor cache there too). From the repo root, with KernelBench at .kb/KernelBench:
-#   PREV_SWEEP=benchmarks/results/kernelbench_sweep_cuda_h200_h100_2026-12-05_partial.json \
+#   PREV_SWEEP=benchmarks/results/kernelbench_sweep_cuda_h200_2026-12-05.json \
 #   bash benchmarks/h200_sweep.sh
 # (Baseline caches committed before session 18 no longer match the baseline key: leave PREV_BASELINES
 # out; a later call's own baselines.json matches.)

@@ -58,6 +58,7 @@ def test_the_soak_gives_every_candidate_its_verdict_and_resumes(tmp_path, cache_
     verdicts = first["verdicts"]
     assert sorted(verdicts, key=int) == [str(i) for i in range(8)]
     assert all(v["got"] == v["expected"] and v["device"] == first["device"] for v in verdicts.values())
+    assert all(len(v["digest"]) == 16 for v in verdicts.values()) and first["superseded"] == {}
     # Seed 0's plan mixes the kinds: the identity and the scaled output, a built-in solution, a hostile
     # file, and the failures before judging.
     assert {"kernelbench_identity", "kernelbench_wrong", "compile_error", "invalid_action", "builtin_solution"} <= {
@@ -70,12 +71,21 @@ def test_the_soak_gives_every_candidate_its_verdict_and_resumes(tmp_path, cache_
     # (one verdict from before verdicts named their device: it takes the file's)
     partial["device"] = "an older card"
     del partial["verdicts"]["0"]["device"]
+    # A verdict stands only for the candidate it judged: one given for another source (2) or from
+    # before verdicts named their candidate (4) is kept aside and judged again.
+    partial["verdicts"]["2"] = dict(partial["verdicts"]["2"], digest="0" * 16, got="FORBIDDEN")
+    del partial["verdicts"]["4"]["digest"]
     (tmp_path / "partial.json").write_text(json.dumps(partial))
     resumed, printed = _soak(tmp_path, cache_dir, tmp_path / "second", "--resume", str(tmp_path / "partial.json"))
-    assert "plan of 8, 3 to judge" in printed
+    assert "2 earlier verdicts superseded" in printed and "plan of 8, 5 to judge" in printed
     assert resumed["complete"] and resumed["judged"] == 8 and resumed["wrong_verdicts"] == 0, resumed["wrong"]
     assert resumed["verdicts"]["0"]["device"] == "an older card"
     partial["verdicts"]["0"]["device"] = "an older card"
-    assert {k: resumed["verdicts"][k] for k in partial["verdicts"]} == partial["verdicts"]
-    assert {k: resumed["verdicts"][k]["kind"] for k in ("1", "3", "6")} == {k: verdicts[k]["kind"] for k in ("1", "3", "6")}
+    kept = {k: v for k, v in partial["verdicts"].items() if k not in {"2", "4"}}
+    assert {k: resumed["verdicts"][k] for k in kept} == kept
+    assert {k: resumed["verdicts"][k]["kind"] for k in ("1", "2", "3", "4", "6")} == {
+        k: verdicts[k]["kind"] for k in ("1", "2", "3", "4", "6")}
+    assert resumed["verdicts"]["2"]["digest"] == verdicts["2"]["digest"]
+    assert [(row["got"], row["why"]) for row in resumed["superseded"]["2"]] == [("FORBIDDEN", "the candidate changed since")]
+    assert [row["why"] for row in resumed["superseded"]["4"]] == ["judged before verdicts named their candidate"]
     assert resumed["processes_left"] == []
