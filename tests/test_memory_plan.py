@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from cuda_gym.eval import ErrorCode, worker
 from cuda_gym.eval.memory import NotEnoughMemory, plan_memory
@@ -128,6 +129,31 @@ def test_draws_whose_reference_is_not_finite_fall_back_to_a_plain_shuffle():
     assert setup.distributions == ["task", "shuffled", "shuffled", "scaled_x3", "shuffled"]
     assert setup.fallback == {2, 4, 7} and len(setup.timing_sets) == 3
     assert all(worker._finite(setup.reference_output(i)) for i in range(8))
+
+
+@pytest.mark.parametrize("forward", ["torch.nn.functional.smooth_l1_loss(a, b)",  # 0-dim on an input-sized storage
+                                     "a[:1, :3]"])  # a view of its input's storage
+def test_kept_reference_outputs_hold_only_their_own_size(forward):
+    # L1/96_HuberLoss on the GPU: five kept 0-dim outputs held 4 GiB each, which the plan counts as 4
+    # bytes (peak 76.1 GiB against a 64 GiB budget). A kept output holds its own size, and the same values.
+    source = ("import torch\n"
+              "class Model(torch.nn.Module):\n"
+              "    def forward(self, a, b):\n"
+              f"        return {forward}\n"
+              "def get_inputs():\n    return [torch.rand(512, 512), torch.rand(512, 512)]\n"
+              "def get_init_inputs():\n    return []\n")
+    config = {"correctness_trials": 5, "timing_input_sets": 3, "warmup_reps": 1, "timing_reps": 5,
+              "timing_min_reps": 3, "timing_budget_s": 0.1, "l2_flush": False, "precision": "fp32",
+              "policy": "strict", "baselines": ["eager"], "device_memory_gb": 1}
+    setup = worker._TaskSetup({"task_id": "t", "task_source": source, "sizes": {}, "seed": 0, "config": config}, "cpu")
+    setup.prepare_trials(lambda index, outputs: None)
+    kept = [output for outputs in setup.reference_outputs if outputs for output in outputs]
+    assert len(kept) == 5
+    assert all(o.untyped_storage().nbytes() == o.numel() * o.element_size() for o in kept)
+    inputs = [v.clone() for v in setup.draw(1).inputs]
+    expected = setup.model(*inputs)
+    assert torch.equal(setup.reference_outputs[1][0], expected)
+    assert expected.untyped_storage().nbytes() > expected.numel() * expected.element_size()  # what the model returns
 
 
 def test_the_paired_reference_copy_is_dropped_before_the_task_is():
