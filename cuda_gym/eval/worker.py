@@ -206,9 +206,11 @@ def _compact(tensor: torch.Tensor) -> torch.Tensor:
     output like the input, then resizes it to ()), and a view output keeps its whole base alive: on
     KernelBench's L1/96_HuberLoss the five kept outputs held 20 GiB the plan saw as 20 bytes (peak
     76.1 GiB against a 64 GiB budget, 2026-12-05)."""
-    if tensor.layout == torch.strided and tensor.untyped_storage().nbytes() > tensor.numel() * tensor.element_size():
-        return tensor.clone()
-    return tensor
+    try:
+        larger = tensor.layout == torch.strided and tensor.untyped_storage().nbytes() > tensor.numel() * tensor.element_size()
+    except (RuntimeError, NotImplementedError):  # no plain storage (a subclass, a nested tensor): kept as it is
+        return tensor
+    return tensor.clone() if larger else tensor
 
 
 def _set_precision(precision: str) -> None:
