@@ -3,7 +3,8 @@
 # optionally a cold `cuda-gym run` first (COLD_RUN=1), then benchmarks/kernelbench_sweep.py with both
 # baselines, resumed from $PREV_SWEEP with $PREV_BASELINES as the baseline cache, until BUDGET_S
 # seconds of the call are used (no task is started that would end past it; a hard stop at HARD_S).
-# RERUN_TASKS (comma-separated task ids) judges those tasks again first, into rerun.json.
+# RERUN_TASKS (comma-separated task ids) judges those tasks again first, into rerun.json. SWEEP_ARGS go
+# to the sweep (say, --rejudge-onto H200: on an H200, the rows another card measured are judged again).
 # Writes run_cold.json, sweep.json and baselines.json under $OUT: carry them back as the next call's
 # PREV_SWEEP and PREV_BASELINES (a later call on the same warm machine resumes from its /tmp copy,
 # and finds its inductor cache there too). From the repo root, with KernelBench at .kb/KernelBench:
@@ -46,7 +47,7 @@ fi
 LEFT_S=$(( ${BUDGET_S:-500} - $(elapsed) ))
 if [ "$LEFT_S" -ge 60 ]; then
   CUDA_GYM_CACHE=/tmp/cg_sweep TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_sweep \
-    timeout $(( ${HARD_S:-585} - $(elapsed) )) python3 benchmarks/kernelbench_sweep.py --levels "${LEVELS:-1,2,3}" \
+    timeout $(( ${HARD_S:-585} - $(elapsed) )) python3 benchmarks/kernelbench_sweep.py --levels "${LEVELS:-1,2,3}" ${SWEEP_ARGS:-} \
     --max-minutes "$(python3 -c "print(round($LEFT_S / 60, 2))")" --out /tmp/cg_sweep/sweep.json >> "$OUT/sweep.log" 2>&1
   echo "sweep rc=$?"
   grep -v "it/s\]\|s/it\]" "$OUT/sweep.log" | tail -25

@@ -103,6 +103,10 @@ def main() -> int:
                              "(Evaluator.prewarm; default half the cores, at most 8; 1 turns it off)")
     parser.add_argument("--prewarm-chunk", type=int, default=8, help="tasks prewarmed together")
     parser.add_argument("--out", required=True, help="result JSON (resumed when it exists)")
+    parser.add_argument("--rejudge-onto", metavar="CARD",
+                        help="where this run's card is named CARD (say, H200), judge again the resumed rows that "
+                             "another card measured (the old rows are kept under 'superseded'), so that one file "
+                             "ends with every row from that card; on another card the sweep resumes as it is")
     args = parser.parse_args()
 
     from cuda_gym.eval import EvalConfig, Evaluator
@@ -112,8 +116,11 @@ def main() -> int:
 
     levels = {int(x) for x in args.levels.split(",") if x}
     try:
-        if args.tasks:
-            tasks = [get_task(t) for t in args.tasks.split(",") if t]
+        if args.tasks:  # KernelBench's from --kernelbench (else $CUDA_GYM_KERNELBENCH), the others by id
+            ids = [t for t in args.tasks.split(",") if t]
+            kernelbench = ({t.id: t for t in load_kernelbench(args.kernelbench)}
+                           if any(i.startswith("kernelbench/") for i in ids) else {})
+            tasks = [kernelbench[i] if i in kernelbench else get_task(i) for i in ids]
         else:
             tasks = [t for t in load_kernelbench(args.kernelbench) if t.level in levels]
     except Exception as exc:  # noqa: BLE001 - a missing dataset or task gets its own help text
@@ -123,11 +130,6 @@ def main() -> int:
     payload = json.loads(out.read_text()) if out.exists() else {"tasks": []}
     for row in payload["tasks"]:  # rows written before rows carried their device: the file's device then
         row.setdefault("device", payload.get("device"))
-    done = {row["task_id"] for row in payload["tasks"]}
-    todo = [t for t in tasks if t.id not in done]
-    # Big level-1 tasks first, then level 3, then the rest: a partial sweep covers memory and timing.
-    todo.sort(key=lambda t: (0 if t.level == 1 and t.name.split("_", 1)[0] in BIG else 1 if t.level == 3 else 2,
-                             t.level, t.name))
     folder = Path(args.candidates) if args.candidates else None
     baselines = ("eager",) if args.no_compile_baseline else ("eager", "compile")
     config = EvalConfig(policy=args.policy, baselines=baselines)
@@ -149,6 +151,25 @@ def main() -> int:
     stopped = False
     with Evaluator(args.backend, config) as evaluator:
         payload["device"] = evaluator.device_name  # this run's; a resumed file's rows each name their own
+        wanted = {t.id for t in tasks}
+        if args.rejudge_onto and args.rejudge_onto not in evaluator.device_name:
+            print(f"--rejudge-onto {args.rejudge_onto}: this run's card is {evaluator.device_name}; "
+                  "no row is judged again", flush=True)
+        elif args.rejudge_onto:
+            def elsewhere_(row: dict) -> bool:
+                return row["task_id"] in wanted and row["device"] != evaluator.device_name
+
+            elsewhere = [row for row in payload["tasks"] if elsewhere_(row)]
+            payload.setdefault("superseded", []).extend(dict(row, why=f"judged again on {evaluator.device_name}")
+                                                        for row in elsewhere)
+            payload["tasks"] = [row for row in payload["tasks"] if not elsewhere_(row)]
+            if elsewhere:
+                print(f"{len(elsewhere)} rows from other cards to judge again on {evaluator.device_name}", flush=True)
+        done = {row["task_id"] for row in payload["tasks"]}
+        todo = [t for t in tasks if t.id not in done]
+        # Big level-1 tasks first, then level 3, then the rest: a partial sweep covers memory and timing.
+        todo.sort(key=lambda t: (0 if t.level == 1 and t.name.split("_", 1)[0] in BIG else 1 if t.level == 3 else 2,
+                                 t.level, t.name))
         prewarmed: set[str] = set()
 
         def out_of_time(task) -> bool:

@@ -102,6 +102,21 @@ def test_the_sweep_judges_the_identity_and_resumes(tmp_path):
     assert _sweep(tmp_path, tmp_path / "older.json").returncode == 0
     resumed = json.loads((tmp_path / "older.json").read_text())
     assert {r["device"] for r in resumed["tasks"]} == {"an older card"} and resumed["device"] == device
+    # Moved onto this run's card: the other card's rows of the tasks asked for are judged again, and
+    # kept under "superseded" with why.
+    # Only onto the card named: on another, nothing moves.
+    kept = _sweep(tmp_path, tmp_path / "older.json", "--tasks", "kernelbench/L1/2_Row_Sum", "--rejudge-onto", "H200")
+    assert kept.returncode == 0 and "no row is judged again" in kept.stdout, kept.stderr[-2000:]
+    assert json.loads((tmp_path / "older.json").read_text())["tasks"] == resumed["tasks"]
+    moved = _sweep(tmp_path, tmp_path / "older.json", "--tasks", "kernelbench/L1/2_Row_Sum", "--rejudge-onto", "cpu")
+    assert moved.returncode == 0, moved.stderr[-2000:]
+    assert "1 rows from other cards to judge again" in moved.stdout
+    onto = json.loads((tmp_path / "older.json").read_text())
+    assert {r["task_id"]: r["device"] for r in onto["tasks"]} == {"kernelbench/L1/1_Scaled_ReLU": "an older card",
+                                                                 "kernelbench/L1/2_Row_Sum": device}
+    assert [(r["task_id"], r["device"], r["why"]) for r in onto["superseded"]] == [
+        ("kernelbench/L1/2_Row_Sum", "an older card", f"judged again on {device}")]
+    assert onto["summary"]["1"]["devices"] == {"an older card": 1, device: 1}
     # --max-minutes starts no task that the longest of its level so far (resumed rows included)
     # would carry past the limit.
     payload = json.loads(out.read_text())
