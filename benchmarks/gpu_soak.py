@@ -66,9 +66,10 @@ class Kind:
 
     @property
     def digest(self) -> str:
-        """What the verdict judged: the candidate's source and policy (a verdict of another source
-        for the same plan index is judged again on resume)."""
-        return hashlib.sha256(f"{self.policy}\n{self.source}".encode()).hexdigest()[:16]
+        """What the verdict judged and expected: the candidate, its task, policy and expected verdict
+        (a verdict given for another at the same plan index is judged again on resume)."""
+        return hashlib.sha256(json.dumps([self.name, self.task_id, self.expected, self.policy, self.source]).encode()
+                              ).hexdigest()[:16]
 
 
 def kinds(backend: str, held_timing: bool) -> list[Kind]:
@@ -150,13 +151,15 @@ def main() -> None:
         # A verdict stands only for the candidate it judged: one whose source or policy has changed since
         # (or that predates the digest) is kept aside under "superseded", with why, and judged again.
         superseded = dict(previous.get("superseded", {}))
-        for index in [i for i, row in rows.items() if row.get("digest") != mix[plan[i]].digest]:
+        stale = [i for i, row in rows.items() if i >= args.n or row.get("digest") != mix[plan[i]].digest]
+        for index in stale:
             row = rows.pop(index)
-            superseded.setdefault(str(index), []).append(
-                {**row, "why": "the candidate changed since" if row.get("digest") else "judged before verdicts named their candidate"})
+            why = ("outside this plan of --n" if index >= args.n else "the candidate changed since" if row.get("digest")
+                   else "judged before verdicts named their candidate")
+            superseded.setdefault(str(index), []).append({**row, "why": why})
         todo = [i for i in range(args.n) if i not in rows]
-        if superseded:
-            print(f"{sum(len(v) for v in superseded.values())} earlier verdicts superseded (candidate changed)", flush=True)
+        if stale:
+            print(f"{len(stale)} earlier verdicts superseded (their candidate changed)", flush=True)
         print(f"{len(mix)} kinds, plan of {args.n}, {len(todo)} to judge", flush=True)
         rss_start = rss_mb()
 

@@ -4,7 +4,8 @@
 # baselines, resumed from $PREV_SWEEP with $PREV_BASELINES as the baseline cache, until BUDGET_S
 # seconds of the call are used (no task is started that would end past it; a hard stop at HARD_S).
 # RERUN_TASKS (comma-separated task ids) judges those tasks again first, into rerun.json. SWEEP_ARGS go
-# to the sweep (say, --rejudge-onto H200: on an H200, the rows another card measured are judged again).
+# to the sweep (say, --rejudge-onto H200: on an H200, the rows another card measured are judged again;
+# on another card nothing is judged).
 # Writes run_cold.json, sweep.json and baselines.json under $OUT: carry them back as the next call's
 # PREV_SWEEP and PREV_BASELINES (a later call on the same warm machine resumes from its /tmp copy,
 # and finds its inductor cache there too). From the repo root, with KernelBench at .kb/KernelBench:

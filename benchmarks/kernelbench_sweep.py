@@ -104,9 +104,9 @@ def main() -> int:
     parser.add_argument("--prewarm-chunk", type=int, default=8, help="tasks prewarmed together")
     parser.add_argument("--out", required=True, help="result JSON (resumed when it exists)")
     parser.add_argument("--rejudge-onto", metavar="CARD",
-                        help="where this run's card is named CARD (say, H200), judge again the resumed rows that "
-                             "another card measured (the old rows are kept under 'superseded'), so that one file "
-                             "ends with every row from that card; on another card the sweep resumes as it is")
+                        help="judge again the resumed rows that a card not named CARD (say, H200) measured (the old "
+                             "rows are kept under 'superseded'), so that one file ends with every row from that card; "
+                             "on a card not so named, nothing is judged")
     args = parser.parse_args()
 
     from cuda_gym.eval import EvalConfig, Evaluator
@@ -120,6 +120,9 @@ def main() -> int:
             ids = [t for t in args.tasks.split(",") if t]
             kernelbench = ({t.id: t for t in load_kernelbench(args.kernelbench)}
                            if any(i.startswith("kernelbench/") for i in ids) else {})
+            missing = [i for i in ids if i.startswith("kernelbench/") and i not in kernelbench]
+            if missing:
+                raise KeyError(f"no task {missing[0]!r} in the KernelBench data read")
             tasks = [kernelbench[i] if i in kernelbench else get_task(i) for i in ids]
         else:
             tasks = [t for t in load_kernelbench(args.kernelbench) if t.level in levels]
@@ -152,12 +155,15 @@ def main() -> int:
     with Evaluator(args.backend, config) as evaluator:
         payload["device"] = evaluator.device_name  # this run's; a resumed file's rows each name their own
         wanted = {t.id for t in tasks}
-        if args.rejudge_onto and args.rejudge_onto not in evaluator.device_name:
-            print(f"--rejudge-onto {args.rejudge_onto}: this run's card is {evaluator.device_name}; "
-                  "no row is judged again", flush=True)
-        elif args.rejudge_onto:
+        if args.rejudge_onto:
+            card = args.rejudge_onto.lower()
+            if card not in evaluator.device_name.lower():  # nothing judged here: the rows are for that card
+                print(f"--rejudge-onto {args.rejudge_onto}: this run's card is {evaluator.device_name}; "
+                      "nothing is judged", flush=True)
+                return 0
+
             def elsewhere_(row: dict) -> bool:
-                return row["task_id"] in wanted and row["device"] != evaluator.device_name
+                return row["task_id"] in wanted and card not in str(row["device"]).lower()
 
             elsewhere = [row for row in payload["tasks"] if elsewhere_(row)]
             payload.setdefault("superseded", []).extend(dict(row, why=f"judged again on {evaluator.device_name}")

@@ -75,17 +75,20 @@ def test_the_soak_gives_every_candidate_its_verdict_and_resumes(tmp_path, cache_
     # before verdicts named their candidate (4) is kept aside and judged again.
     partial["verdicts"]["2"] = dict(partial["verdicts"]["2"], digest="0" * 16, got="FORBIDDEN")
     del partial["verdicts"]["4"]["digest"]
+    partial["verdicts"]["99"] = dict(partial["verdicts"]["5"])  # an index outside this plan of 8
     (tmp_path / "partial.json").write_text(json.dumps(partial))
     resumed, printed = _soak(tmp_path, cache_dir, tmp_path / "second", "--resume", str(tmp_path / "partial.json"))
-    assert "2 earlier verdicts superseded" in printed and "plan of 8, 5 to judge" in printed
+    assert "3 earlier verdicts superseded" in printed and "plan of 8, 5 to judge" in printed
     assert resumed["complete"] and resumed["judged"] == 8 and resumed["wrong_verdicts"] == 0, resumed["wrong"]
     assert resumed["verdicts"]["0"]["device"] == "an older card"
     partial["verdicts"]["0"]["device"] = "an older card"
-    kept = {k: v for k, v in partial["verdicts"].items() if k not in {"2", "4"}}
+    kept = {k: v for k, v in partial["verdicts"].items() if k not in {"2", "4", "99"}}
+    assert set(resumed["verdicts"]) == {str(i) for i in range(8)}
     assert {k: resumed["verdicts"][k] for k in kept} == kept
     assert {k: resumed["verdicts"][k]["kind"] for k in ("1", "2", "3", "4", "6")} == {
         k: verdicts[k]["kind"] for k in ("1", "2", "3", "4", "6")}
     assert resumed["verdicts"]["2"]["digest"] == verdicts["2"]["digest"]
     assert [(row["got"], row["why"]) for row in resumed["superseded"]["2"]] == [("FORBIDDEN", "the candidate changed since")]
     assert [row["why"] for row in resumed["superseded"]["4"]] == ["judged before verdicts named their candidate"]
+    assert [row["why"] for row in resumed["superseded"]["99"]] == ["outside this plan of --n"]
     assert resumed["processes_left"] == []

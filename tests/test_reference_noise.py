@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cuda_gym.eval import ErrorCode, EvalConfig
+from cuda_gym.eval import ErrorCode, EvalConfig, Evaluator
 from cuda_gym.eval.correctness import tolerance_floor
 from cuda_gym.eval.evaluator import _Judgement
 from cuda_gym.eval.memory import MemoryPlan, float64_twin_fits
@@ -297,9 +297,10 @@ def test_the_float64_twin_must_fit_the_memory_plan(cpu_evaluator):
 def test_a_tasks_measurement_is_made_once_and_handed_to_its_later_jobs(cpu_evaluator, permissive):
     """The second verdict of the same task, sizes, seed, draws and precision reuses the first's float64
     measurement (no float64 forward: 0 s), with the same floors and flags; another seed or precision
-    measures anew."""
+    measures anew. (No baselines here, so the eval workers measure; with baselines the first baseline
+    worker does, below.)"""
     task = _task(GROUP_NORM_MEAN, "gn_mean_reused")
-    config = permissive.replace(seed=11)
+    config = permissive.replace(seed=11, baselines=())
     first = cpu_evaluator.evaluate(task, GROUP_NORM_MEAN + IN_FLOAT64, config=config)
     again = cpu_evaluator.evaluate(task, GROUP_NORM_MEAN + REVERSED_ORDER, config=config)
     assert first.ok and again.ok, (first.message, again.message)
@@ -314,3 +315,25 @@ def test_a_tasks_measurement_is_made_once_and_handed_to_its_later_jobs(cpu_evalu
     # the precision is part of what was measured (TF32 in the reference, the elementwise bound)
     tf32 = cpu_evaluator.evaluate(task, GROUP_NORM_MEAN + IN_FLOAT64, config=config.replace(precision="tf32"))
     assert tf32.ok and tf32.reference_error["seconds"] > 0, tf32.message
+
+
+def test_the_first_baseline_worker_measures_after_its_timings_and_every_later_job_is_given_it(tmp_path, permissive):
+    """With baselines, the task's first baseline worker makes the float64 measurement after its timings
+    (so no timed worker runs the twin before timing) and the eval workers are given it: the first
+    verdict already makes no float64 forward, with the floors and flags of a measurement made by an
+    eval worker itself; a new evaluator over the same cache is given it with the cached baselines."""
+    task = _task(GROUP_NORM_MEAN, "gn_mean_baseline_measured")
+    config = permissive.replace(seed=13)
+    with Evaluator("cpu", config, cache_dir=tmp_path / "alone") as evaluator:
+        alone = evaluator.evaluate(task, GROUP_NORM_MEAN + IN_FLOAT64, config=config.replace(baselines=()))
+    with Evaluator("cpu", config, cache_dir=tmp_path / "shared") as evaluator:
+        first = evaluator.evaluate(task, GROUP_NORM_MEAN + IN_FLOAT64)
+    assert alone.ok and first.ok, (alone.message, first.message)
+    assert alone.reference_error["seconds"] > 0 and first.reference_error["seconds"] == 0.0
+    assert first.reference_error["rel_norm"] == pytest.approx(alone.reference_error["rel_norm"], rel=1e-3)
+    assert {"reference_rounding_noise", "degenerate_task"} <= set(first.flags) & set(alone.flags)
+    with Evaluator("cpu", config, cache_dir=tmp_path / "shared") as evaluator:
+        wrong = evaluator.evaluate(task, GROUP_NORM_MEAN + _wrong("super().forward(*inputs) + 1.0"))
+        assert evaluator.baselines(task)["eager"] is not None  # from the cache: no baseline worker ran
+    assert wrong.error_code is ErrorCode.INCORRECT and wrong.reference_error["seconds"] == 0.0
+    assert wrong.reference_error["rel_norm"] == first.reference_error["rel_norm"]

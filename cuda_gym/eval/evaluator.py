@@ -518,6 +518,7 @@ class Evaluator:
 
     def _baseline_entry(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
         key = self._baseline_key(task, backend, config)
+        error_key = self._reference_error_key(task, backend, config)
         pair_baselines = self._pairs_baselines(backend, config)
 
         def measure_once() -> tuple[dict[str, Any], str]:
@@ -557,7 +558,7 @@ class Evaluator:
                 errors = {name: f"the worker failed in the profiled forward: {failure[:300]}"
                           for name in config.baselines} | errors
             return {**outcome["baseline"], "profiles": profiles.get("profiles") or {}, "profile_errors": errors,
-                    "wall_s": outcome["wall_s"]}, ""
+                    "wall_s": outcome["wall_s"], "reference_error": outcome.get("baseline_reference_error")}, ""
 
         def compute() -> dict[str, Any]:
             # Each baseline is timed in `baseline_workers` fresh workers and the median worker's
@@ -588,6 +589,10 @@ class Evaluator:
                 if error:
                     errors.append(error)
                     continue
+                reference_error = complete_reference_error(measured.get("reference_error"), config.correctness_trials)
+                if reference_error is not None:  # given to this task's later jobs, and kept with the times
+                    self._reference_errors.setdefault(error_key, reference_error)
+                    entry.setdefault("reference_errors", {})[error_key] = reference_error
                 for name in config.baselines:
                     if measured.get(name):
                         samples[name].append(measured[name])
@@ -629,7 +634,13 @@ class Evaluator:
                                             next(iter(entry.get("compile_pairings", [])), {"skipped": "not measured"}))
             return entry
 
-        return self._baselines.get(key, compute, self._baselines_needed(backend, config))
+        entry = self._baselines.get(key, compute, self._baselines_needed(backend, config))
+        # A cached entry's float64 measurement (made by its first baseline worker, after the timings):
+        # this run's jobs of the task are given it, as the workers that timed these baselines were.
+        known = (entry.get("reference_errors") or {}).get(error_key)
+        if complete_reference_error(known, config.correctness_trials) is not None:
+            self._reference_errors.setdefault(error_key, known)
+        return entry
 
     # -------------------------------------------------------------------------------------- judge
     def _judge(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],
@@ -665,6 +676,22 @@ class Evaluator:
             result.eval_seconds = round(time.monotonic() - judge.started, 4)
         result.runtime_log = (result.runtime_log + log)[-config.max_log_chars:]
         judge.finish()
+
+
+def complete_reference_error(report: Any, trials: int) -> dict[str, Any] | None:
+    """A worker's float64 measurement of the reference (`_TaskSetup.reference_error_meta`) as it is
+    kept and given to later jobs, {"draws": [[{"norm", "abs", "bad"} or None per output] per trial],
+    "skipped": "", "seconds": 0.0}; None where it was skipped, is not one entry per trial or is malformed."""
+    if not isinstance(report, dict) or report.get("skipped") or not isinstance(report.get("draws"), list):
+        return None
+    if len(report["draws"]) != trials:
+        return None
+    try:
+        draws = [[{key: float(error[key]) for key in ("norm", "abs", "bad")} if error else None for error in draw]
+                 for draw in report["draws"]]
+    except (TypeError, KeyError, ValueError):
+        return None
+    return {"draws": draws, "skipped": "", "seconds": 0.0}
 
 
 # A paired median more than this factor off the candidate's own median, or the reference's more than
@@ -817,17 +844,17 @@ class _Judgement:
 
     def _read_reference_error(self, report: Any) -> str:
         """The worker's measurement of the fp32 reference against its float64 twin, made before the
-        candidate existed (`_TaskSetup._measure_reference_error`): sets `tolerance_floors` and
+        candidate existed, by this worker or, after its timings, by the task's first baseline worker
+        (`_TaskSetup._measure_reference_error`; 'seconds' 0 where given): sets `tolerance_floors` and
         `result.reference_error`. Returns what to tell the user where tolerances were widened, else ''."""
         report = report if isinstance(report, dict) else {}
-        draws = report.get("draws") if isinstance(report.get("draws"), list) else []
         trials = len(self.reference)
-        if report.get("skipped") or len(draws) != trials:
+        complete = complete_reference_error(report, trials)
+        if complete is None:
             self.result.reference_error = {"skipped": str(report.get("skipped") or "not measured")[:500]}
             return ""
-        errors = [[{key: float(error[key]) for key in ("norm", "abs", "bad")} if error else None for error in draw]
-                  for draw in draws]
-        self.measured_reference_error = {"draws": errors, "skipped": "", "seconds": 0.0}
+        self.measured_reference_error = complete
+        errors = complete["draws"]
         self.tolerance_floors = [[tolerance_floor(error, self.config) for error in draw] for draw in errors]
         measured = [[error for error in draw if error] for draw in errors]
         self.result.reference_error = {

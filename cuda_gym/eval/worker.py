@@ -361,11 +361,14 @@ class _TaskSetup:
                 outputs = forward(self.draw(index).inputs)
         return outputs
 
-    def prepare_trials(self, describe: Any) -> None:
+    def prepare_trials(self, describe: Any, measure_error: bool = True) -> None:
         """Every trial's reference output, passed to `describe(index, outputs)` (which sends it
-        out), measured against the reference's float64 twin (`reference_error`), kept resident
-        where the plan allows and freed otherwise. Baseline workers go through the same steps, so
-        that their process history up to the timing stays the eval worker's."""
+        out), measured against the reference's float64 twin (`reference_error`) unless an earlier
+        job measured it or `measure_error` is off, kept resident where the plan allows and freed
+        otherwise. Baseline workers go through the same steps, so that their process history up to
+        the timing stays the eval worker's. A baseline worker measures the float64 twin after its
+        timings (`measure_reference_error_after`) and every later job of the task is given it, so
+        no timed worker runs the twin before its timing."""
         # Every correctness draw is measured, not draw 0 alone: a floor is only as good as the draw
         # it was measured on (a centred or scaled draw can be worse conditioned than the task's
         # own), and each costs one float64 forward here, beside the fp32 forwards of the trials and
@@ -373,7 +376,7 @@ class _TaskSetup:
         if self.known_reference_error is not None:  # measured by an earlier job of the task
             self.reference_error, twin = self.known_reference_error, None
         else:
-            twin = self._float64_twin()
+            twin = self._float64_twin(self.first_output) if measure_error else None
         for index in range(self.trial_count):
             outputs = self.first_output if index == 0 else self.reference_output(index)
             self.distributions.append("shuffled" if index in self.fallback else draw_label(index))
@@ -385,9 +388,27 @@ class _TaskSetup:
         del twin
         self.first_output = None
 
-    def _float64_twin(self) -> torch.nn.Module | None:
+    def measure_reference_error_after(self) -> None:
+        """The float64 measurement that `prepare_trials(measure_error=False)` left out, made at the
+        end of a baseline job (the timing sets are freed first, so that the twin finds the room the
+        plan gave it then). Nothing where an earlier job's measurement was given."""
+        if self.known_reference_error is not None or self.reference_error:
+            return
+        self.timing_sets = []
+
+        def outputs(index: int) -> list[torch.Tensor]:
+            kept = self.reference_outputs[index] if index < len(self.reference_outputs) else None
+            return kept if kept is not None else self.reference_output(index)
+
+        twin = self._float64_twin(outputs(0))
+        for index in range(self.trial_count):
+            if twin is None or not self._measure_reference_error(twin, index, outputs(index)):
+                break
+
+    def _float64_twin(self, first_outputs: list[torch.Tensor]) -> torch.nn.Module | None:
         """A float64 copy of the reference model (the same weights), or None, with
-        `reference_error_skipped` saying why: it would not fit the memory plan, or copying failed."""
+        `reference_error_skipped` saying why: it would not fit the memory plan, or copying failed.
+        `first_outputs`: the reference's fp32 outputs on draw 0 (the twin's outputs' sizes)."""
         fits, why = memory.float64_twin_fits(self.plan, self.weight_bytes,
                                              memory.CUDA_SLACK_MIN_BYTES if self.device == "cuda" else 0)
         if not fits:
@@ -398,7 +419,7 @@ class _TaskSetup:
             twin = copy.deepcopy(self.model).double()
             # Its outputs are the expected answer in float64: once freed they are scrubbed before
             # candidate code runs, as the reference's own are (on the CPU, blocks of their sizes).
-            self.output_nbytes += [o.numel() * 8 for o in self.first_output if o.is_floating_point()]
+            self.output_nbytes += [o.numel() * 8 for o in first_outputs if o.is_floating_point()]
             return twin
         except Exception as exc:  # noqa: BLE001 - the task still runs, under the policy's tolerances
             self.reference_error_skipped = f"the reference could not be copied to float64: {type(exc).__name__}: {exc}"
@@ -759,7 +780,10 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
     if setup is None:
         return
     clock.mark("setup")
-    setup.prepare_trials(lambda index, outputs: None)
+    # The float64 measurement, where no earlier job made it, comes after the timings and is given
+    # to every later job of the task: no timed worker, baseline or eval, runs it before its timing.
+    measure_after = setup.known_reference_error is None
+    setup.prepare_trials(lambda index, outputs: None, measure_error=not measure_after)
     setup.prepare_timing_sets()
     probe = _Probe(secrets.randbits(62))
     variants, _ = _reference_checksums(setup, config, probe)
@@ -808,6 +832,11 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
                 errors[name] = f"the profiled forward raised {type(exc).__name__}: {exc}"[:500]
         clock.mark("profile")
         channel.send("baseline_profiles", {"profiles": profiles, "errors": errors, "phase_s": clock.phases})
+    if measure_after:
+        model = compiled = timed = variants = None  # noqa: F841 - freed: the twin gets the room its plan gave it
+        setup.measure_reference_error_after()
+        clock.mark("reference_error")
+        channel.send("baseline_reference_error", setup.reference_error_meta())
 
 
 def _run_prewarm(channel: _Channel, job: dict, device: str) -> None:
