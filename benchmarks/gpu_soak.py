@@ -158,6 +158,7 @@ def main() -> None:
                    else "judged before verdicts named their candidate")
             superseded.setdefault(str(index), []).append({**row, "why": why})
         todo = [i for i in range(args.n) if i not in rows]
+        kept_from_file = len(rows)
         if stale:
             print(f"{len(stale)} earlier verdicts superseded (their candidate changed)", flush=True)
         print(f"{len(mix)} kinds, plan of {args.n}, {len(todo)} to judge", flush=True)
@@ -205,7 +206,9 @@ def main() -> None:
                 result = future.result()
                 rows[index] = {"kind": kind.name, "task_id": kind.task_id, "expected": kind.expected,
                                "got": result.error_code.value, "message": result.message[:200],
-                               "device": evaluator.device_name, "digest": kind.digest}
+                               "device": evaluator.device_name, "digest": kind.digest,
+                               # where a verdict's time goes: the build and the eval worker
+                               "build_s": result.compile_seconds, "eval_s": result.eval_seconds}
                 if rows[index]["got"] != kind.expected:
                     print(f"#{index} {kind.name}: {result.error_code.value} (expected {kind.expected}): "
                           f"{result.message[:160]}", flush=True)
@@ -218,7 +221,8 @@ def main() -> None:
     gpu_after = gpu_state()
     final = {"complete": len(rows) == args.n, "processes_left": leftovers, "gpu_before": gpu_before,
              "gpu_after": gpu_after, "driver_rss_mb": [round(rss_start), round(rss_end)],
-             "per_minute_this_run": round(60 * len(todo) / max(1e-9, time.monotonic() - started), 1)}
+             "judged_this_run": len(rows) - kept_from_file,  # not len(todo): a run stopped by --max-minutes judges fewer
+             "per_minute_this_run": round(60 * (len(rows) - kept_from_file) / max(1e-9, time.monotonic() - started), 1)}
     write(final)
     print(json.dumps({k: v for k, v in json.loads(out.read_text()).items() if k not in ("verdicts", "config")},
                      indent=1))

@@ -80,6 +80,7 @@ def test_the_soak_gives_every_candidate_its_verdict_and_resumes(tmp_path, cache_
     resumed, printed = _soak(tmp_path, cache_dir, tmp_path / "second", "--resume", str(tmp_path / "partial.json"))
     assert "3 earlier verdicts superseded" in printed and "plan of 8, 5 to judge" in printed
     assert resumed["complete"] and resumed["judged"] == 8 and resumed["wrong_verdicts"] == 0, resumed["wrong"]
+    assert resumed["judged_this_run"] == 5 and first["judged_this_run"] == 8
     assert resumed["verdicts"]["0"]["device"] == "an older card"
     partial["verdicts"]["0"]["device"] = "an older card"
     kept = {k: v for k, v in partial["verdicts"].items() if k not in {"2", "4", "99"}}
