@@ -228,6 +228,9 @@ def test_a_re_measured_baseline_entry_keeps_and_replaces_per_name():
     assert merged["eager"] == {"median_ms": 1.0} and merged["compile"] == {"median_ms": 2.0}
     assert merged["profiles"] == {"eager": [{"name": "k"}], "compile": "no CUDA kernel ran"}
     assert merged["errors"] == {}  # compile measured again: its old error is gone
+    # the float64 measurements, one per seed and number of draws, are kept beside the new ones
+    seeded = merge_entries({"reference_errors": {"seed 0": "a", "seed 1": "b"}}, {"reference_errors": {"seed 1": "c"}})
+    assert seeded["reference_errors"] == {"seed 0": "a", "seed 1": "c"}
 
 
 IDENTITY = "\n\nclass ModelNew(Model):\n    pass\n"

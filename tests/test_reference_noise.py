@@ -11,7 +11,7 @@ import pytest
 
 from cuda_gym.eval import ErrorCode, EvalConfig, Evaluator
 from cuda_gym.eval.correctness import tolerance_floor
-from cuda_gym.eval.evaluator import _Judgement
+from cuda_gym.eval.evaluator import _Judgement, complete_reference_error
 from cuda_gym.eval.memory import MemoryPlan, float64_twin_fits
 from cuda_gym.eval.protocol import Message
 from cuda_gym.eval.result import EvalResult
@@ -337,3 +337,28 @@ def test_the_first_baseline_worker_measures_after_its_timings_and_every_later_jo
         assert evaluator.baselines(task)["eager"] is not None  # from the cache: no baseline worker ran
     assert wrong.error_code is ErrorCode.INCORRECT and wrong.reference_error["seconds"] == 0.0
     assert wrong.reference_error["rel_norm"] == first.reference_error["rel_norm"]
+
+
+def test_a_measurement_given_to_the_baseline_workers_is_kept_with_their_times(tmp_path, permissive):
+    """Baseline workers given an earlier job's measurement send none of their own; the cached entry
+    keeps the one they were given, so the next evaluator's eval workers are given it too."""
+    task = _task(GROUP_NORM_MEAN, "gn_mean_given")
+    config = permissive.replace(seed=17)
+    with Evaluator("cpu", config, cache_dir=tmp_path) as evaluator:
+        alone = evaluator.evaluate(task, GROUP_NORM_MEAN + IN_FLOAT64, config=config.replace(baselines=()))
+        timed = evaluator.evaluate(task, GROUP_NORM_MEAN + IN_FLOAT64)
+    assert alone.reference_error["seconds"] > 0 and timed.reference_error["seconds"] == 0.0
+    with Evaluator("cpu", config, cache_dir=tmp_path) as evaluator:
+        later = evaluator.evaluate(task, GROUP_NORM_MEAN + REVERSED_ORDER)
+    assert later.ok and later.reference_error["seconds"] == 0.0, later.reference_error
+    assert later.reference_error["rel_norm"] == alone.reference_error["rel_norm"]
+
+
+def test_a_measurement_that_would_widen_tolerances_wrongly_is_not_kept():
+    good = {"draws": [[{"norm": 1.0, "abs": 1e-7, "bad": 0.0}], [None]], "skipped": ""}
+    assert complete_reference_error(good, 2)["draws"] == good["draws"]
+    assert complete_reference_error(good, 3) is None  # one entry per trial
+    assert complete_reference_error(dict(good, skipped="did not fit"), 2) is None
+    for value in (float("nan"), float("inf"), -1.0, "x"):
+        bad = {"draws": [[{"norm": value, "abs": 1e-7, "bad": 0.0}], [None]], "skipped": ""}
+        assert complete_reference_error(bad, 2) is None, value

@@ -34,12 +34,15 @@ def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch
 def merge_entries(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """A re-measured entry over an old one. 'profiles' and 'errors' are kept per baseline name for
     the names `new` did not measure (an entry measured for compile only keeps eager's profile)
-    and replaced for those it did (a new measurement clears an old error)."""
+    and replaced for those it did (a new measurement clears an old error); 'reference_errors' (the
+    float64 measurements, per seed and number of draws) are kept beside the new ones."""
     merged = {**old, **new}
     measured = {name for name in ("eager", "compile") if name in new}
     for nested in ("profiles", "errors"):
         if isinstance(old.get(nested), dict) and isinstance(new.get(nested), dict):
             merged[nested] = {**{k: v for k, v in old[nested].items() if k not in measured}, **new[nested]}
+    if isinstance(old.get("reference_errors"), dict) and isinstance(new.get("reference_errors"), dict):
+        merged["reference_errors"] = {**old["reference_errors"], **new["reference_errors"]}  # one per seed and draws
     return merged
 
 

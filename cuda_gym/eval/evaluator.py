@@ -592,7 +592,6 @@ class Evaluator:
                 reference_error = complete_reference_error(measured.get("reference_error"), config.correctness_trials)
                 if reference_error is not None:  # given to this task's later jobs, and kept with the times
                     self._reference_errors.setdefault(error_key, reference_error)
-                    entry.setdefault("reference_errors", {})[error_key] = reference_error
                 for name in config.baselines:
                     if measured.get(name):
                         samples[name].append(measured[name])
@@ -615,6 +614,9 @@ class Evaluator:
                     entry.setdefault("worker_memory", []).append(
                         {key: worker_memory[key] for key in ("peak_gib", "peak_allocated_gib", "peak_phase",
                                                              "phase_peak_gib") if key in worker_memory})
+            known = self._reference_errors.get(error_key)
+            if known is not None:  # measured by these workers, or given to them: kept with their times
+                entry.setdefault("reference_errors", {})[error_key] = known
             if backend == "cuda":
                 entry["profiles"] = {}
             for name in config.baselines:
@@ -690,6 +692,9 @@ def complete_reference_error(report: Any, trials: int) -> dict[str, Any] | None:
         draws = [[{key: float(error[key]) for key in ("norm", "abs", "bad")} if error else None for error in draw]
                  for draw in report["draws"]]
     except (TypeError, KeyError, ValueError):
+        return None
+    values = [value for draw in draws for error in draw if error for value in error.values()]
+    if not all(math.isfinite(value) and value >= 0 for value in values):  # it widens tolerances: never NaN or < 0
         return None
     return {"draws": draws, "skipped": "", "seconds": 0.0}
 
