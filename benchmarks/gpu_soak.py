@@ -27,6 +27,7 @@ import hashlib
 import json
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -161,6 +162,10 @@ def main() -> None:
         kept_from_file = len(rows)
         if stale:
             print(f"{len(stale)} earlier verdicts superseded (their candidate changed)", flush=True)
+        # SIGTERM (a `timeout` around the run): stop submitting, write what is judged now, and keep the
+        # verdicts of the evaluations already running as they finish.
+        stopping: list[int] = []
+        signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
         print(f"{len(mix)} kinds, plan of {args.n}, {len(todo)} to judge", flush=True)
         rss_start = rss_mb()
 
@@ -185,6 +190,12 @@ def main() -> None:
         queue = list(todo)
         deadline = started + 60 * args.max_minutes
         while queue or pending:
+            if stopping and queue:
+                queue.clear()
+                for future in [f for f in pending if f.cancel()]:  # not started yet
+                    pending.pop(future)
+                write({"interrupted": "SIGTERM"})
+                print(f"SIGTERM: {len(rows)} verdicts written, {len(pending)} evaluations finishing", flush=True)
             while queue and len(pending) < args.in_flight and time.monotonic() < deadline:
                 index = queue.pop(0)
                 kind = mix[plan[index]]
@@ -200,7 +211,7 @@ def main() -> None:
                 queue.clear()
             if not pending:
                 break
-            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            done, _ = wait(list(pending), timeout=1.0, return_when=FIRST_COMPLETED)
             for future in done:
                 index, kind = pending.pop(future)
                 result = future.result()
@@ -212,14 +223,15 @@ def main() -> None:
                 if rows[index]["got"] != kind.expected:
                     print(f"#{index} {kind.name}: {result.error_code.value} (expected {kind.expected}): "
                           f"{result.message[:160]}", flush=True)
-                if len(rows) % 25 == 0:
+                if len(rows) % 25 == 0 or stopping:
                     print(f"{len(rows)}/{args.n} judged ({time.monotonic() - started:.0f} s)", flush=True)
-                    write()
+                    write({"interrupted": "SIGTERM"} if stopping else None)
         rss_end = rss_mb()
     leftovers = leaked(processes_before, str(evaluator.cache_dir))
     time.sleep(2)
     gpu_after = gpu_state()
-    final = {"complete": len(rows) == args.n, "processes_left": leftovers, "gpu_before": gpu_before,
+    final = {"complete": len(rows) == args.n, **({"interrupted": "SIGTERM"} if stopping else {}),
+             "processes_left": leftovers, "gpu_before": gpu_before,
              "gpu_after": gpu_after, "driver_rss_mb": [round(rss_start), round(rss_end)],
              "judged_this_run": len(rows) - kept_from_file,  # not len(todo): a run stopped by --max-minutes judges fewer
              "per_minute_this_run": round(60 * (len(rows) - kept_from_file) / max(1e-9, time.monotonic() - started), 1)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,29 @@ def test_the_soak_gives_every_candidate_its_verdict_and_resumes(tmp_path, cache_
     assert [row["why"] for row in resumed["superseded"]["4"]] == ["judged before verdicts named their candidate"]
     assert [row["why"] for row in resumed["superseded"]["99"]] == ["outside this plan of --n"]
     assert resumed["processes_left"] == []
+
+
+@pytest.mark.slow
+def test_a_soak_stopped_by_sigterm_writes_what_it_judged(tmp_path, cache_dir):
+    """A `timeout` around the soak (SIGTERM) loses no verdict: it stops submitting, writes the file,
+    lets the running evaluations finish into it, and leaves no process behind."""
+    (tmp_path / "kb" / "level2").mkdir(parents=True)
+    (tmp_path / "kb" / "level2" / "1_Linear_ReLU.py").write_text(LINEAR_RELU)
+    env = {**os.environ, "CUDA_GYM_KERNELBENCH": str(tmp_path / "kb"), "CUDA_GYM_CACHE": cache_dir}
+    soak = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "gpu_soak.py"), "--backend", "cpu",
+                             "--n", "8", "--seed", "0", "--in-flight", "2", "--out", str(tmp_path)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    printed = []
+    for line in soak.stdout:  # the plan is made and the first evaluations are submitted
+        printed.append(line)
+        if "to judge" in line:
+            break
+    soak.send_signal(signal.SIGTERM)
+    printed += soak.stdout.readlines()
+    assert soak.wait(timeout=600) == 0, "".join(printed)[-3000:]
+    (file,) = tmp_path.glob("gpu_soak_cpu_*.json")
+    payload = json.loads(file.read_text())
+    assert payload["interrupted"] == "SIGTERM" and not payload["complete"], "".join(printed)[-2000:]
+    assert payload["judged"] == len(payload["verdicts"]) == payload["judged_this_run"] < 8
+    assert all(v["got"] == v["expected"] for v in payload["verdicts"].values()), payload["wrong"]
+    assert payload["processes_left"] == []
