@@ -149,8 +149,8 @@ def main() -> None:
         mix = kinds(args.backend, evaluator.held_timing)
         rng = random.Random(args.seed)
         plan = rng.choices(range(len(mix)), weights=[k.weight for k in mix], k=args.n)
-        # A verdict stands only for the candidate it judged: one whose source or policy has changed since
-        # (or that predates the digest) is kept aside under "superseded", with why, and judged again.
+        # A verdict stands only for the candidate it judged: one whose Kind.digest has changed since (or
+        # that predates the digest, or lies outside this plan) is kept aside under "superseded", with why.
         superseded = dict(previous.get("superseded", {}))
         stale = [i for i, row in rows.items() if i >= args.n or row.get("digest") != mix[plan[i]].digest]
         for index in stale:

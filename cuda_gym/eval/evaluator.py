@@ -639,8 +639,8 @@ class Evaluator:
         entry = self._baselines.get(key, compute, self._baselines_needed(backend, config))
         # A cached entry's float64 measurement (made by its first baseline worker, after the timings):
         # this run's jobs of the task are given it, as the workers that timed these baselines were.
-        known = (entry.get("reference_errors") or {}).get(error_key)
-        if complete_reference_error(known, config.correctness_trials) is not None:
+        known = complete_reference_error((entry.get("reference_errors") or {}).get(error_key), config.correctness_trials)
+        if known is not None:
             self._reference_errors.setdefault(error_key, known)
         return entry
 
