@@ -1,8 +1,8 @@
 """Soak on the real benchmark: many mixed candidates through one Evaluator, each with its expected verdict.
 
 The mix (seeded, weighted): KernelBench level-2 references submitted as their own candidate
-(`class ModelNew(Model): pass`, permissive policy: OK) and the same with the output scaled by 1.01 and
-shifted by 0.01 (INCORRECT); the built-in suite's shipped solutions (strict: OK); a compile error and a malformed
+(`class ModelNew(Model): pass`, permissive policy: OK) and the same with every output element moved
+up by 0.01 + 1% of its size (INCORRECT); the built-in suite's shipped solutions (strict: OK); a compile error and a malformed
 action; and every hostile file of the backend's catalogue (tests/hostile/<backend>_*.py: illegal
 address, device trap, out of memory, hanging kernel, races, laundering, tampering, ...) with the
 verdict its header declares (files marked KNOWN_GAP or needing what this evaluator lacks are left
@@ -48,12 +48,13 @@ SOAK_CONFIG = EvalConfig(baselines=(), baseline_workers=1, correctness_trials=3,
                          timing_min_reps=2, warmup_reps=1, timing_budget_s=0.05, timing_warmup_s=0.0,
                          eval_timeout_s=30.0, compile_timeout_s=120.0)
 IDENTITY = "\n\nclass ModelNew(Model):\n    pass\n"
-# 1% off in scale and 0.01 off everywhere: beyond the fp32 policy's tolerance on every output, the
-# degenerate ones included (a constant-zero output, as L2/83's min-then-clamp gives, or L2/23's mean of
-# a group norm, rounding noise with widened tolerances), where a scale alone changes nothing the judge
-# may tell apart: the judge passed `x 1.01` there, rightly, with its degenerate-task warning (2026-12-05).
+# Every output element moved by at least 0.01 and at least 1% of itself: beyond the fp32 policy's
+# tolerance everywhere, the degenerate outputs included. A scale alone changes nothing on a constant-zero
+# output (L2/83's min-then-clamp) or rounding noise (L2/23), and any affine map has a fixed point that
+# a clamp can sit on (`x 1.01 + 0.01` leaves -1 where it is, all of L2/58's output): the judge passed
+# both, rightly, with its degenerate-task warning (2026-12-05).
 WRONG = ("\n\nclass ModelNew(Model):\n    def forward(self, *inputs):\n"
-         "        return super().forward(*inputs) * 1.01 + 0.01\n")
+         "        out = super().forward(*inputs)\n        return out + 0.01 * (1 + out.abs())\n")
 
 
 @dataclasses.dataclass(frozen=True)

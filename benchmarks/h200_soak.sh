@@ -6,7 +6,7 @@
 # Writes gpu_soak_cuda_<date>.json under $OUT: commit it and pass it as the next session's PREV_SOAK
 # (a later call on the same warm machine resumes from its /tmp copy).
 # From the repo root, with KernelBench at .kb/KernelBench and the gymnasium wheels in .whl:
-#   PREV_SOAK=benchmarks/results/gpu_soak_cuda_h200_2026-12-05_partial.json bash benchmarks/h200_soak.sh
+#   SOAK_MINUTES=8.4 bash benchmarks/h200_soak.sh   (PREV_SOAK=<a partial soak JSON> resumes one)
 set -u
 source benchmarks/h200_env.sh
 export CUDA_GYM_KERNELBENCH=${CUDA_GYM_KERNELBENCH:-$PWD/.kb/KernelBench}
