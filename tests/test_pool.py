@@ -103,3 +103,25 @@ def test_a_worker_in_an_endless_loop_dies_with_its_evaluators_process(tmp_path):
         process.wait()
     leftovers = leaked(before, str(cache), grace_s=15.0)
     assert not leftovers, f"processes left behind: {leftovers}"
+
+
+def test_the_fork_server_makes_inductors_cpu_isa_check_once_for_every_worker(tmp_path):
+    """preload.py (imported by the fork server, before any fork) makes inductor's check of the CPU's
+    vector instructions, so that forked workers inherit its answer instead of each paying about
+    0.9 s (a dry compile and a child Python per instruction set) at its first torch.compile. The
+    answer is the one a fresh process finds for itself."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
+    preloaded = subprocess.run(
+        [sys.executable, "-c", "import cuda_gym.eval.preload\n"
+         "from torch._inductor.cpu_vec_isa import pick_vec_isa, valid_vec_isa_list\n"
+         "print(valid_vec_isa_list.cache_info().currsize)\nprint(pick_vec_isa())\n"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert preloaded.returncode == 0, preloaded.stderr[-2000:]
+    checked, isa = preloaded.stdout.split("\n")[:2]
+    assert checked == "1"  # made at import, before anything asked for it
+    fresh = subprocess.run(
+        [sys.executable, "-c", "from torch._inductor.cpu_vec_isa import pick_vec_isa\nprint(pick_vec_isa())\n"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert isa == fresh.stdout.split("\n")[0]

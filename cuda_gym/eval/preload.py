@@ -1,17 +1,44 @@
-"""What the workers' fork server imports once, beside the worker code (pool.py), so that no fresh
-worker pays for it: torch.compile's compiler. A compile baseline's first call in a fresh worker
-spent about 2.5 s importing it (2.6 s on the 2-core CPU; the H200's warm-cache compile took 3.3 s
-in all). The import touches no CUDA and starts no thread. It sets TORCHINDUCTOR_CACHE_DIR, which is
-taken back here, so that each worker still finds its inductor cache from its own environment (an
-eval worker's under its sandboxed TMPDIR, a baseline worker's in the shared default)."""
+"""What the workers' fork server does once, beside importing the worker code (pool.py), so that no
+fresh worker pays for it:
+- import torch.compile's compiler. A compile baseline's first call in a fresh worker spent about
+  2.5 s importing it (2.6 s on the 2-core CPU; the H200's warm-cache compile took 3.3 s in all).
+- inductor's check of which vector instructions its C++ (CPU) kernels may use: a dry compile per
+  instruction set and a child Python that loads each result. Every process makes it once, at its
+  first torch.compile on the CPU: about 0.9 s of a CPU baseline worker's 1.5-s compile warm-up
+  (2026-12-05, the 2-core CPU, inductor cache warm). Made here, every forked worker inherits the
+  answer, the same one it would have found itself (the same machine, compiler and torch), and a
+  sandboxed worker need not spawn the compiler and a child Python for it. Not on a machine with an
+  NVIDIA driver and a CUDA build of torch: its workers compile for the GPU, and the check (5 s with
+  a cold inductor cache) would only delay the first worker.
+The import and the check touch no CUDA and leave no thread running. The import sets
+TORCHINDUCTOR_CACHE_DIR, which is taken back here, so that each worker still finds its inductor
+cache from its own environment (an eval worker's under its sandboxed TMPDIR, a baseline worker's in
+the shared default)."""
 from __future__ import annotations
 
 import os
 
 _cache_dir_was_set = "TORCHINDUCTOR_CACHE_DIR" in os.environ
 
+import torch  # noqa: E402
 import torch._dynamo  # noqa: E402,F401
 import torch._inductor.compile_fx  # noqa: E402,F401
+
+
+def _check_cpu_vector_isa() -> None:
+    """inductor's own check (its result is cached in this process, and so in every fork). A
+    failure (no C++ compiler, say) is left to each worker to meet, as it would without this."""
+    try:
+        if torch.version.cuda and os.path.exists("/dev/nvidiactl"):  # asks no CUDA library
+            return
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+        pick_vec_isa()
+    except Exception:  # noqa: BLE001 - the workers check for themselves then
+        pass
+
+
+_check_cpu_vector_isa()
 
 if not _cache_dir_was_set:
     os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
