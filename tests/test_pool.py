@@ -108,18 +108,26 @@ def test_a_worker_in_an_endless_loop_dies_with_its_evaluators_process(tmp_path):
 def test_the_fork_server_makes_inductors_cpu_isa_check_once_for_every_worker(tmp_path):
     """preload.py (imported by the fork server, before any fork) makes inductor's check of the CPU's
     vector instructions, so that forked workers inherit its answer instead of each paying about
-    0.9 s (a dry compile and a child Python per instruction set) at its first torch.compile. The
-    answer is the one a fresh process finds for itself."""
+    0.9 s (a dry compile and a child Python per instruction set) at its first torch.compile, and
+    hashes torch's source for inductor's cache keys (0.15 s per process). The answer is the one a
+    fresh process finds for itself."""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
     env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
     preloaded = subprocess.run(
         [sys.executable, "-c", "import cuda_gym.eval.preload\n"
          "from torch._inductor.cpu_vec_isa import pick_vec_isa, valid_vec_isa_list\n"
-         "print(valid_vec_isa_list.cache_info().currsize)\nprint(pick_vec_isa())\n"],
+         "from torch._inductor.codecache import torch_key\n"
+         "if hasattr(torch_key, 'cache_info'):\n"  # functools in some torch versions
+         "    hashed = torch_key.cache_info().currsize == 1\n"
+         "else:\n"  # torch.utils._functools.prefetchable_cache: the value sits in its closure
+         "    cells = dict(zip(torch_key.__code__.co_freevars, [c.cell_contents for c in torch_key.__closure__]))\n"
+         "    hashed = isinstance(cells['_cache'], bytes)\n"
+         "print(valid_vec_isa_list.cache_info().currsize, hashed)\n"
+         "print(pick_vec_isa())\n"],
         capture_output=True, text=True, env=env, timeout=300)
     assert preloaded.returncode == 0, preloaded.stderr[-2000:]
     checked, isa = preloaded.stdout.split("\n")[:2]
-    assert checked == "1"  # made at import, before anything asked for it
+    assert checked == "1 True"  # made at import, before anything asked for it (and torch's source hashed)
     fresh = subprocess.run(
         [sys.executable, "-c", "from torch._inductor.cpu_vec_isa import pick_vec_isa\nprint(pick_vec_isa())\n"],
         capture_output=True, text=True, env=env, timeout=300)
