@@ -105,31 +105,61 @@ def test_a_worker_in_an_endless_loop_dies_with_its_evaluators_process(tmp_path):
     assert not leftovers, f"processes left behind: {leftovers}"
 
 
+_PRELOADED = """
+import cuda_gym.eval.preload as preload
+from torch._inductor.cpu_vec_isa import pick_vec_isa, valid_vec_isa_list
+from torch._inductor.codecache import torch_key
+
+def holds_bytes(value):
+    return isinstance(value, bytes) or (isinstance(value, (list, tuple)) and any(isinstance(v, bytes) for v in value))
+
+if hasattr(torch_key, "cache_info"):  # functools, in some torch versions
+    hashed = torch_key.cache_info().currsize == 1
+else:  # a cache of torch's own (torch.utils._functools in 2.13): the value sits in its closure
+    cells = []
+    for cell in torch_key.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    hashed = any(holds_bytes(v) for v in cells)
+print(preload.compiles_for_a_gpu(), valid_vec_isa_list.cache_info().currsize, hashed)
+print(pick_vec_isa())
+"""
+
+
 def test_the_fork_server_makes_inductors_cpu_isa_check_once_for_every_worker(tmp_path):
     """preload.py (imported by the fork server, before any fork) makes inductor's check of the CPU's
     vector instructions, so that forked workers inherit its answer instead of each paying about
-    0.9 s (a dry compile and a child Python per instruction set) at its first torch.compile, and
-    hashes torch's source for inductor's cache keys (0.15 s per process). The answer is the one a
-    fresh process finds for itself."""
+    0.7-0.9 s (a dry compile and a child Python per instruction set) at its first torch.compile
+    (not on a GPU machine, where the workers compile for the GPU), and hashes torch's source for
+    inductor's cache keys (0.15 s per process). The answer is the one a fresh process finds."""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
     env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
-    preloaded = subprocess.run(
-        [sys.executable, "-c", "import cuda_gym.eval.preload\n"
-         "from torch._inductor.cpu_vec_isa import pick_vec_isa, valid_vec_isa_list\n"
-         "from torch._inductor.codecache import torch_key\n"
-         "if hasattr(torch_key, 'cache_info'):\n"  # functools in some torch versions
-         "    hashed = torch_key.cache_info().currsize == 1\n"
-         "else:\n"  # torch.utils._functools.prefetchable_cache: the value sits in its closure
-         "    cells = dict(zip(torch_key.__code__.co_freevars, [c.cell_contents for c in torch_key.__closure__]))\n"
-         "    hashed = isinstance(cells['_cache'], bytes)\n"
-         "print(valid_vec_isa_list.cache_info().currsize, hashed)\n"
-         "print(pick_vec_isa())\n"],
-        capture_output=True, text=True, env=env, timeout=300)
+    preloaded = subprocess.run([sys.executable, "-c", _PRELOADED], capture_output=True, text=True, env=env, timeout=300)
     assert preloaded.returncode == 0, preloaded.stderr[-2000:]
-    checked, isa = preloaded.stdout.split("\n")[:2]
-    assert checked == "1 True"  # made at import, before anything asked for it (and torch's source hashed)
+    (gpu_host, checked, hashed), isa = preloaded.stdout.split("\n")[0].split(), preloaded.stdout.split("\n")[1]
+    assert hashed == "True"  # torch's source hashed at import
+    assert checked == ("0" if gpu_host == "True" else "1")  # made at import, before anything asked for it
     fresh = subprocess.run(
         [sys.executable, "-c", "from torch._inductor.cpu_vec_isa import pick_vec_isa\nprint(pick_vec_isa())\n"],
         capture_output=True, text=True, env=env, timeout=300)
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert isa == fresh.stdout.split("\n")[0]
+
+
+def test_a_failed_cpu_isa_check_in_the_fork_server_is_not_inherited(tmp_path):
+    """Where the fork server's check finds no usable instruction set (here: a compiler that says
+    its version and fails every build), it keeps no answer, so that each worker checks for itself
+    as it did before the fork server made the check."""
+    compiler = tmp_path / "failing-g++"
+    compiler.write_text('#!/bin/sh\ncase "$1" in --version|-v) exec g++ "$@";; esac\nexit 1\n')
+    compiler.chmod(0o755)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), CXX=str(compiler))
+    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
+    code = ("import cuda_gym.eval.preload\n"
+            "from torch._inductor.cpu_vec_isa import VecISA, valid_vec_isa_list\n"
+            "print(valid_vec_isa_list.cache_info().currsize, VecISA._VecISA__bool__impl.cache_info().currsize)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[0] == "0 0"

@@ -4,12 +4,14 @@ fresh worker pays for it:
   2.5 s importing it (2.6 s on the 2-core CPU; the H200's warm-cache compile took 3.3 s in all).
 - inductor's check of which vector instructions its C++ (CPU) kernels may use: a dry compile per
   instruction set and a child Python that loads each result. Every process makes it once, at its
-  first torch.compile on the CPU: about 0.9 s of a CPU baseline worker's 1.5-s compile warm-up
+  first torch.compile on the CPU: about 0.7-0.9 s of a CPU baseline worker's 1.4-1.5-s compile warm-up
   (2026-12-05, the 2-core CPU, inductor cache warm). Made here, every forked worker inherits the
   answer, the same one it would have found itself (the same machine, compiler and torch), and a
   sandboxed worker need not spawn the compiler and a child Python for it. Not on a machine with an
   NVIDIA driver and a CUDA build of torch: its workers compile for the GPU, and the check (5 s with
-  a cold inductor cache) would only delay the first worker.
+  a cold inductor cache) would only delay the first worker. A worker's own environment
+  (WorkerSpec.env) does not enter the check; inductor's settings for it (TORCHINDUCTOR_VEC_ISA_OK,
+  the C++ compiler) are read here, from the evaluator's environment.
 - inductor's hash of torch's own source files (part of every compiled graph's cache key): about
   0.15 s per process on the 2-core CPU, at its first torch.compile.
 The import, the check and the hash touch no CUDA and leave no thread running. The import sets
@@ -27,15 +29,24 @@ import torch._dynamo  # noqa: E402,F401
 import torch._inductor.compile_fx  # noqa: E402,F401
 
 
-def _check_cpu_vector_isa() -> None:
-    """inductor's own check (its result is cached in this process, and so in every fork). A
-    failure (no C++ compiler, say) is left to each worker to meet, as it would without this."""
-    try:
-        if torch.version.cuda and os.path.exists("/dev/nvidiactl"):  # asks no CUDA library
-            return
-        from torch._inductor.cpu_vec_isa import pick_vec_isa
+def compiles_for_a_gpu() -> bool:
+    """A CUDA build of torch on a machine with an NVIDIA driver (asks no CUDA library): the
+    workers compile for the GPU, and the CPU's vector-ISA check is left to any that need it."""
+    return bool(torch.version.cuda) and os.path.exists("/dev/nvidiactl")
 
-        pick_vec_isa()
+
+def _check_cpu_vector_isa() -> None:
+    """inductor's own check (its result is cached in this process, and so in every fork). Where
+    it finds no usable instruction set (no C++ compiler, a full disk, a probe that timed out), its
+    cached answer is dropped, so that each worker checks for itself, as it did without this."""
+    if compiles_for_a_gpu():
+        return
+    try:
+        from torch._inductor.cpu_vec_isa import VecISA, pick_vec_isa, valid_vec_isa_list
+
+        if not pick_vec_isa():
+            valid_vec_isa_list.cache_clear()
+            VecISA._VecISA__bool__impl.cache_clear()  # each instruction set's own cached answer
     except Exception:  # noqa: BLE001 - the workers check for themselves then
         pass
 
