@@ -161,14 +161,12 @@ def main() -> int:
                 print(f"--rejudge-onto {args.rejudge_onto}: this run's card is {evaluator.device_name}; "
                       "nothing is judged", flush=True)
                 return 0
-
-            def elsewhere_(row: dict) -> bool:
-                return row["task_id"] in wanted and card not in str(row["device"]).lower()
-
-            elsewhere = [row for row in payload["tasks"] if elsewhere_(row)]
+            kept, elsewhere = [], []
+            for row in payload["tasks"]:
+                (elsewhere if row["task_id"] in wanted and card not in str(row["device"]).lower() else kept).append(row)
+            payload["tasks"] = kept
             payload.setdefault("superseded", []).extend(dict(row, why=f"judged again on {evaluator.device_name}")
                                                         for row in elsewhere)
-            payload["tasks"] = [row for row in payload["tasks"] if not elsewhere_(row)]
             if elsewhere:
                 print(f"{len(elsewhere)} rows from other cards to judge again on {evaluator.device_name}", flush=True)
         done = {row["task_id"] for row in payload["tasks"]}

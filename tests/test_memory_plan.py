@@ -15,6 +15,16 @@ from cuda_gym.tasks import get_task, solution_path
 
 MIB = 2**20
 HOSTILE = Path(__file__).parent / "hostile"
+# A light CPU config for a worker's task setup built in this process (no worker, no timing).
+SETUP_CONFIG = {"correctness_trials": 5, "timing_input_sets": 3, "warmup_reps": 1, "timing_reps": 5,
+                "timing_min_reps": 3, "timing_budget_s": 0.1, "l2_flush": False, "precision": "fp32",
+                "policy": "strict", "baselines": ["eager"], "device_memory_gb": 1}
+
+
+def _cpu_setup(source: str, device_memory_gb: float = 1, **job) -> worker._TaskSetup:
+    """The worker's `_TaskSetup` for task `source` on the CPU; `job` adds job fields (model_copies)."""
+    return worker._TaskSetup({"task_id": "t", "task_source": source, "sizes": {}, "seed": 0, **job,
+                              "config": dict(SETUP_CONFIG, device_memory_gb=device_memory_gb)}, "cpu")
 
 
 def test_everything_resident_when_it_fits():
@@ -120,10 +130,7 @@ def test_draws_whose_reference_is_not_finite_fall_back_to_a_plain_shuffle():
         "        return x.sqrt()\n"  # NaN on the negated and centred draws
         "def get_inputs():\n    return [torch.rand(64, 64)]\n"
         "def get_init_inputs():\n    return []\n")
-    config = {"correctness_trials": 5, "timing_input_sets": 3, "warmup_reps": 1, "timing_reps": 5,
-              "timing_min_reps": 3, "timing_budget_s": 0.1, "l2_flush": False, "precision": "fp32",
-              "policy": "strict", "baselines": ["eager"], "device_memory_gb": 1}
-    setup = worker._TaskSetup({"task_id": "t", "task_source": source, "sizes": {}, "seed": 0, "config": config}, "cpu")
+    setup = _cpu_setup(source)
     setup.prepare_trials(lambda index, outputs: None)
     setup.prepare_timing_sets()
     assert setup.distributions == ["task", "shuffled", "shuffled", "scaled_x3", "shuffled"]
@@ -142,10 +149,7 @@ def test_kept_reference_outputs_hold_only_their_own_size(forward):
               f"        return {forward}\n"
               "def get_inputs():\n    return [torch.rand(512, 512), torch.rand(512, 512)]\n"
               "def get_init_inputs():\n    return []\n")
-    config = {"correctness_trials": 5, "timing_input_sets": 3, "warmup_reps": 1, "timing_reps": 5,
-              "timing_min_reps": 3, "timing_budget_s": 0.1, "l2_flush": False, "precision": "fp32",
-              "policy": "strict", "baselines": ["eager"], "device_memory_gb": 1}
-    setup = worker._TaskSetup({"task_id": "t", "task_source": source, "sizes": {}, "seed": 0, "config": config}, "cpu")
+    setup = _cpu_setup(source)
     setup.prepare_trials(lambda index, outputs: None)
     kept = [output for outputs in setup.reference_outputs if outputs for output in outputs]
     assert len(kept) == 5
@@ -169,14 +173,9 @@ def test_the_paired_reference_copy_is_dropped_before_the_task_is():
         "        return self.linear(x)\n"
         "def get_inputs():\n    return [torch.randn(64, 1024)]\n"
         "def get_init_inputs():\n    return []\n")
-    config = {"correctness_trials": 5, "timing_input_sets": 3, "warmup_reps": 1, "timing_reps": 5,
-              "timing_min_reps": 3, "timing_budget_s": 0.1, "l2_flush": False, "precision": "fp32",
-              "policy": "strict", "baselines": ["eager"], "device_memory_gb": 1}
 
     def setup(copies: int, budget_gb: float) -> worker._TaskSetup:
-        job = {"task_id": "t", "task_source": source, "sizes": {}, "seed": 0, "model_copies": copies,
-               "config": dict(config, device_memory_gb=budget_gb)}
-        return worker._TaskSetup(job, "cpu")
+        return _cpu_setup(source, device_memory_gb=budget_gb, model_copies=copies)
 
     weights = 1024 * 1024 * 4
     roomy = setup(2, 1.0)
