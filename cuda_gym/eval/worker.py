@@ -402,10 +402,11 @@ class _TaskSetup:
 
         try:
             first = outputs(0)  # once: a draw not kept resident is a whole fp32 forward again
-            twin = self._float64_twin(first)
-            for index in range(self.trial_count):
-                if twin is None or not self._measure_reference_error(twin, index, first if index == 0 else outputs(index)):
-                    break
+            twin = self._float64_twin(first)  # None: `reference_error_skipped` says why
+            if twin is not None:
+                for index in range(self.trial_count):
+                    if not self._measure_reference_error(twin, index, first if index == 0 else outputs(index)):
+                        break
         except Exception as exc:  # noqa: BLE001 - a recomputed fp32 output failed (say, out of memory)
             self.reference_error = []
             self.reference_error_skipped = f"the fp32 reference failed after the timings: {type(exc).__name__}: {exc}"
