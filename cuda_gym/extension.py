@@ -148,6 +148,7 @@ def load_extension(files: Mapping[str, str], *, verbose: bool = False) -> types.
     import torch
     from torch.utils import cpp_extension
 
+    from .buildlock import exclusive_build
     from .native import KernelLibrary, KernelSignatureError, _host_cpu, kernel_cache_dir, parse_prototype
 
     sources, device = check_files(files)
@@ -164,10 +165,12 @@ def load_extension(files: Mapping[str, str], *, verbose: bool = False) -> types.
         _write_tree(build_dir, {**contents, REGISTRY_HEADER: BINDING_REGISTRY_H,
                                 "cuda_gym_registry.cpp": _REGISTRY_QUERY_CPP})
         try:
-            cpp_extension.load(name=name, sources=[str(build_dir / s) for s in [*sources, "cuda_gym_registry.cpp"]],
-                               extra_cflags=list(cflags), extra_cuda_cflags=list(CUDA_NVCC_FLAGS),
-                               extra_ldflags=list(ldflags), extra_include_paths=[str(build_dir), str(build_dir / "kernels")],
-                               build_directory=str(build_dir), is_python_module=False, verbose=verbose)
+            with exclusive_build(build_dir):
+                cpp_extension.load(name=name, sources=[str(build_dir / s) for s in [*sources, "cuda_gym_registry.cpp"]],
+                                   extra_cflags=list(cflags), extra_cuda_cflags=list(CUDA_NVCC_FLAGS),
+                                   extra_ldflags=list(ldflags),
+                                   extra_include_paths=[str(build_dir), str(build_dir / "kernels")],
+                                   build_directory=str(build_dir), is_python_module=False, verbose=verbose)
         except OSError:
             try:  # torch says only "could not load"; the loader names the missing symbol
                 ctypes.CDLL(str(library_path))

@@ -302,17 +302,20 @@ def load_kernels(
         os.replace(tmp, source_path)
     from torch.utils import cpp_extension
 
+    from .buildlock import exclusive_build
+
     try:
-        library_path = cpp_extension.load(
-            name=name,
-            sources=[str(source_path)],
-            extra_cflags=cflags,
-            extra_cuda_cflags=cuda_cflags,
-            extra_ldflags=list(extra_ldflags),
-            build_directory=str(build_dir),
-            is_python_module=False,
-            verbose=verbose,
-        )
+        with exclusive_build(build_dir):
+            library_path = cpp_extension.load(
+                name=name,
+                sources=[str(source_path)],
+                extra_cflags=cflags,
+                extra_cuda_cflags=cuda_cflags,
+                extra_ldflags=list(extra_ldflags),
+                build_directory=str(build_dir),
+                is_python_module=False,
+                verbose=verbose,
+            )
     except OSError as exc:
         # torch reports only "Could not load this library"; the loader's own message names the
         # missing symbol or library.

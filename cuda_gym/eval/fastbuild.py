@@ -37,11 +37,13 @@ gets the same library name in the eval worker, which tries only the form that wo
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from ..buildlock import exclusive_build
 from . import inline_split
 
 _EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"][ \t]*$", re.M)
@@ -207,6 +209,15 @@ def _failure_summary(exc: BaseException, limit: int = 600) -> str:
     return (" | ".join(errors[:3]) if errors else text[-limit:])[:limit]
 
 
+def _build_directory(arguments: dict[str, Any]) -> str | None:
+    """Where torch builds a load_inline call: its build_directory, else $TORCH_EXTENSIONS_DIR/<name>
+    (set in every worker); None where neither is set."""
+    if arguments.get("build_directory"):
+        return str(arguments["build_directory"])
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    return os.path.join(root, str(arguments.get("name", ""))) if root else None
+
+
 def install(split: bool = True) -> None:
     """Route `torch.utils.cpp_extension.load_inline` through the accelerated build (worker-only;
     `split=False` only for benchmarks comparing the forms)."""
@@ -220,23 +231,25 @@ def install(split: bool = True) -> None:
 
     def load_inline(*args: Any, **kwargs: Any) -> Any:
         kwargs = {**dict(zip(parameters, args)), **kwargs}
-        build_dir = kwargs.get("build_directory") or os.path.join(
-            os.environ.get("TORCH_EXTENSIONS_DIR", ""), str(kwargs.get("name", "")))
-        form_file = Path(build_dir) / FORM_FILE  # the as-written build's directory; each form has its own
+        build_dir = _build_directory(kwargs)
+        # The as-written build's directory records the form that worked; each form has its own.
+        form_file = Path(build_dir) / FORM_FILE if build_dir else None
         forms = build_forms(kwargs, supports_no_implicit_headers, split)
-        known = form_file.read_text().strip() if form_file.exists() else None
+        known = form_file.read_text().strip() if form_file and form_file.exists() else None
         if known:  # this candidate was built before: load that build, compile nothing
             forms = [form for form in forms if form[0] == known] or forms
         for index, (form, arguments) in enumerate(forms):
+            form_dir = _build_directory(arguments)
             try:
-                module = original(**arguments)
+                with exclusive_build(form_dir) if form_dir else contextlib.nullcontext():
+                    module = original(**arguments)
             except Exception as exc:  # noqa: BLE001 - a failed fast form means: try the next, as written last
                 if index == len(forms) - 1:
                     raise
                 BUILD_FORMS[f"{kwargs.get('name')}.{form}_failed"] = _failure_summary(exc)
                 continue
             BUILD_FORMS[str(kwargs.get("name"))] = form
-            if known != form:
+            if form_file and known != form:
                 try:
                     form_file.parent.mkdir(parents=True, exist_ok=True)
                     form_file.write_text(form)
