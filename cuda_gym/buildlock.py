@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -28,20 +29,29 @@ def _open_flock(directory: Path) -> int | None:
         return None  # a directory this process may not write: torch's own handling alone
 
 
+_local = threading.local()  # .held: the directories this thread holds
+
+
 @contextmanager
 def exclusive_build(build_directory: str | os.PathLike) -> Iterator[None]:
-    """Hold the build directory's flock for the block, after removing a dead build's `lock` file."""
-    directory = Path(build_directory)
-    fd = _open_flock(directory)
+    """Hold the build directory's flock for the block, after removing a dead build's `lock` file.
+    Re-entrant within a thread (load_kernels' lock inside a worker's wrapped cpp_extension.load: a
+    second flock from the same thread would wait for the first forever); other threads, like other
+    processes, wait for it."""
+    directory = str(Path(build_directory).absolute())
+    held = _local.__dict__.setdefault("held", set())
+    fd = None if directory in held else _open_flock(Path(directory))
     if fd is None:
         yield
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        held.add(directory)
         try:
-            (directory / TORCH_BATON).unlink(missing_ok=True)
+            (Path(directory) / TORCH_BATON).unlink(missing_ok=True)
         except OSError:
             pass  # not ours to remove; torch reports what follows
         yield
     finally:
+        held.discard(directory)
         os.close(fd)  # also releases the flock

@@ -93,22 +93,36 @@ def test_an_unwritable_build_directory_is_left_to_torch(tmp_path):
         pass
 
 
-def test_every_load_inline_form_builds_under_the_flock_without_a_dead_builds_lock(tmp_path, monkeypatch):
+def _install_over(monkeypatch, load_inline, load):
+    """fastbuild.install() over stand-ins for torch's builders; torch's own are back after the test."""
     from torch.utils import cpp_extension
 
     from cuda_gym.eval import fastbuild
 
+    monkeypatch.setattr(cpp_extension, "load_inline", load_inline)
+    monkeypatch.setattr(cpp_extension, "load", load)
+    for name in ("_check_and_build_extension_h_precompiler_headers", "remove_extension_h_precompiler_headers"):
+        monkeypatch.setattr(cpp_extension, name, getattr(cpp_extension, name))
+    fastbuild.install()
+    return cpp_extension
+
+
+def _what_torch_finds(seen, name, build_directory):
+    directory = Path(build_directory)
+    seen.append((name, (directory / TORCH_BATON).exists(), (directory / FLOCK_NAME).exists()))
+
+
+def test_every_load_inline_form_and_load_build_under_the_flock_without_a_dead_builds_lock(tmp_path, monkeypatch):
     seen = []
 
     def torch_load_inline(**arguments):  # stands in for torch's build: what does it find?
-        directory = Path(arguments["build_directory"])
-        seen.append((arguments["name"], (directory / TORCH_BATON).exists(), (directory / FLOCK_NAME).exists()))
+        _what_torch_finds(seen, arguments["name"], arguments["build_directory"])
         raise RuntimeError("this form does not build")
 
-    for name in ("load_inline", "_check_and_build_extension_h_precompiler_headers",
-                 "remove_extension_h_precompiler_headers"):
-        monkeypatch.setattr(cpp_extension, name, torch_load_inline if name == "load_inline" else getattr(cpp_extension, name))
-    fastbuild.install()
+    def torch_load(name, sources, extra_cflags=None, build_directory=None, verbose=False):
+        _what_torch_finds(seen, name, build_directory or os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], name))
+
+    cpp_extension = _install_over(monkeypatch, torch_load_inline, torch_load)
     (tmp_path / TORCH_BATON).write_text("")  # left by a build killed midway
     cuda = "#include <torch/extension.h>\n__global__ void k(float* y) { y[0] = 1.0f; }\n"
     try:
@@ -116,4 +130,64 @@ def test_every_load_inline_form_builds_under_the_flock_without_a_dead_builds_loc
     except RuntimeError:
         pass
     assert [form for form, *_ in seen] == ["drill_stripped", "drill"]
+    (tmp_path / "loaded").mkdir()
+    (tmp_path / "loaded" / TORCH_BATON).write_text("")
+    cpp_extension.load("loaded", [], None, str(tmp_path / "loaded"))  # build_directory given by position
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    (tmp_path / "by_name").mkdir()
+    (tmp_path / "by_name" / TORCH_BATON).write_text("")
+    cpp_extension.load(name="by_name", sources=[])  # $TORCH_EXTENSIONS_DIR/<name>
+    assert [name for name, *_ in seen[2:]] == ["loaded", "by_name"]
     assert all(not stale and flocked for _, stale, flocked in seen), seen
+
+
+def test_a_build_inside_a_build_of_the_same_directory_does_not_wait_for_itself(tmp_path):
+    nested = threading.Event()
+
+    def build():
+        with exclusive_build(tmp_path):
+            with exclusive_build(tmp_path):  # load_kernels' own lock inside the workers' wrapped load
+                nested.set()
+
+    thread = threading.Thread(target=build, daemon=True)
+    thread.start()
+    assert nested.wait(30), "the nested build waited for the outer one's flock"
+    thread.join(30)
+    assert not thread.is_alive()
+    # Released on the way out: another process can take it at once.
+    probe = subprocess.run([sys.executable, "-c", TRY_LOCK, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip() == "free", probe.stderr
+
+
+TRY_LOCK = """
+import fcntl, os, sys
+fd = os.open(os.path.join(sys.argv[1], "cuda_gym_build.flock"), os.O_RDWR)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("free")
+except BlockingIOError:
+    print("held")
+"""
+
+
+def test_another_thread_of_the_process_waits_for_the_build_directory(tmp_path):
+    inside, release, second_entered = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with exclusive_build(tmp_path):
+            inside.set()
+            release.wait(30)
+
+    def second():
+        with exclusive_build(tmp_path):
+            second_entered.set()
+
+    holder = threading.Thread(target=first, daemon=True)
+    holder.start()
+    assert inside.wait(30)
+    waiter = threading.Thread(target=second, daemon=True)
+    waiter.start()
+    time.sleep(0.5)
+    assert not second_entered.is_set(), "a second thread entered a build directory another thread holds"
+    release.set()
+    assert second_entered.wait(30)

@@ -3,6 +3,7 @@ never spoil the next verdict."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -11,10 +12,11 @@ import pytest
 from cuda_gym.eval import ErrorCode, EvalConfig, EvalResult, Evaluator, TimingStats, milestone_reward
 from cuda_gym.eval import evaluator as evaluator_module
 from cuda_gym.eval.config import device_time
-from cuda_gym.eval.baselines import merge_entries
+from cuda_gym.eval.baselines import BASELINE_RETRIES, BASELINE_RETRY_S, BaselineCache, entry_serves, merge_entries
 from cuda_gym.eval.evaluator import _Judgement, _workers_agree
+from cuda_gym.eval.pool import run_job
 from cuda_gym.eval.reward import claims_milestone
-from cuda_gym.tasks import get_task, load_suite, solution_path
+from cuda_gym.tasks import get_task, load_suite, solution_path, task_from_source
 
 from .conftest import TEST_CONFIG
 from .helpers import CORRECT_BODY, GELU_TASK, native_candidate
@@ -231,6 +233,108 @@ def test_a_re_measured_baseline_entry_keeps_and_replaces_per_name():
     # the float64 measurements, one per seed and number of draws, are kept beside the new ones
     seeded = merge_entries({"reference_errors": {"seed 0": "a", "seed 1": "b"}}, {"reference_errors": {"seed 1": "c"}})
     assert seeded["reference_errors"] == {"seed 0": "a", "seed 1": "c"}
+
+
+def test_a_baseline_whose_workers_timed_out_is_measured_again_later_a_few_times(tmp_path, monkeypatch):
+    # Such a failure may be transient (a worker killed or timed out under load): cached for good, it
+    # would cap every later candidate's reward on the task.
+    path = tmp_path / "baselines.json"
+    cache, start = BaselineCache(path), time.time()
+    timed_out = {"eager": None, "errors": {"eager": "timed out after 600 s"}, "failed_at": [start]}
+    assert cache.get("k", lambda: timed_out, ("eager",)) == timed_out
+    assert cache.get("k", lambda: pytest.fail("measured again within BASELINE_RETRY_S"), ("eager",)) == timed_out
+    monkeypatch.setattr(time, "time", lambda: start + BASELINE_RETRY_S + 1)
+    assert not cache.cached("k", ("eager",)) and not BaselineCache(path).cached("k", ("eager",))
+    second = start + BASELINE_RETRY_S + 1
+    assert cache.get("k", lambda: dict(timed_out, failed_at=[second]), ("eager",))["failed_at"] == [start, second]
+    monkeypatch.setattr(time, "time", lambda: second + 1.5 * BASELINE_RETRY_S)
+    assert cache.cached("k", ("eager",)), "the wait doubles after a second failure in a row"
+    monkeypatch.setattr(time, "time", lambda: second + 2 * BASELINE_RETRY_S + 1)
+    measured = cache.get("k", lambda: {"eager": {"median_ms": 1.0}, "errors": {}}, ("eager",))
+    assert measured == {"eager": {"median_ms": 1.0}, "errors": {}}  # the error and its times are gone
+    assert BaselineCache(path).cached("k", ("eager",))
+    # A failed measurement never replaces a measured time.
+    assert merge_entries(measured, timed_out) == measured
+    # Final: after BASELINE_RETRIES retries; a failure the worker reported; an entry cached before retries.
+    given_up = [start + i for i in range(BASELINE_RETRIES + 1)]
+    assert entry_serves({"eager": None, "failed_at": given_up}, ("eager",), now=start + 10 ** 9)
+    assert entry_serves({"eager": None, "errors": {"eager": "torch.compile raised"}}, ("eager",))
+    reported = merge_entries(timed_out, {"eager": None, "errors": {"eager": "the reference raised"}})
+    assert "failed_at" not in reported and entry_serves(reported, ("eager",))
+
+
+HANGING_TASK = '''
+import time
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        time.sleep(3600)
+        return x
+
+
+def get_inputs():
+    return [torch.randn(8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_reference_that_hangs_costs_one_baseline_timeout_not_one_per_worker(tmp_path, monkeypatch):
+    jobs = []
+
+    def counting_run_job(worker, job, *args, **kwargs):
+        jobs.append(worker.spec.role)
+        return run_job(worker, job, *args, **kwargs)
+
+    monkeypatch.setattr(evaluator_module, "run_job", counting_run_job)
+    task = task_from_source(HANGING_TASK, task_id="test/L1/hangs", level=1, name="hangs")
+    config = TEST_CONFIG.replace(baseline_workers=3, baseline_timeout_s=5.0)
+    with Evaluator("cpu", config, cache_dir=tmp_path) as evaluator:
+        times = evaluator.baselines(task)
+    assert times["eager"] is None and "timed out" in times["errors"]["eager"]
+    assert jobs.count("baseline") == 1, jobs
+    (entry,) = json.loads((tmp_path / "baselines.json").read_text()).values()
+    assert len(entry["failed_at"]) == 1  # measured again after BASELINE_RETRY_S
+
+
+NO_COMPILE_TASK = '''
+import torch
+import torch.nn as nn
+
+
+@torch.library.custom_op("cuda_gym_test::double", mutates_args=())
+def double(x: torch.Tensor) -> torch.Tensor:  # no fake kernel: torch.compile cannot trace it
+    return x * 2
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return double(x) + 1
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_reference_torch_compile_cannot_trace_keeps_its_eager_time(tmp_path):
+    task = task_from_source(NO_COMPILE_TASK, task_id="test/L1/no_compile", level=1, name="no_compile")
+    with Evaluator("cpu", TEST_CONFIG.replace(baselines=("eager", "compile")), cache_dir=tmp_path) as evaluator:
+        times = evaluator.baselines(task)
+    assert times["eager"] is not None and times["eager"].median_ms > 0, times["errors"]
+    assert times["compile"] is None
+    assert "torch.compile of the reference raised" in times["errors"]["compile"], times["errors"]
+    (entry,) = json.loads((tmp_path / "baselines.json").read_text()).values()
+    assert "failed_at" not in entry and "eager" not in entry["errors"]  # final: torch.compile will raise again
 
 
 IDENTITY = "\n\nclass ModelNew(Model):\n    pass\n"

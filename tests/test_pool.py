@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from cuda_gym.eval.pool import WorkerPool, WorkerSpec
+from cuda_gym.eval.pool import OWNER_FILE, WorkerPool, WorkerSpec, remove_orphaned_scratch
 
 from .helpers import GELU_TASK
 from .leaks import leaked, snapshot
@@ -163,3 +163,50 @@ def test_a_failed_cpu_isa_check_in_the_fork_server_is_not_inherited(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split("\n")[0] == "0 0"
+
+
+HOLD_OWNER = """
+import sys
+from pathlib import Path
+from cuda_gym.eval.pool import _hold_owner
+assert _hold_owner(Path(sys.argv[1])) is not None
+print("holding", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_scratch_left_by_a_killed_owner_is_removed_and_a_live_owners_stays(tmp_path):
+    old = time.time() - 3600
+
+    def scratch(name: str, owner_file: bool = True, age: float = old) -> Path:
+        path = tmp_path / name
+        (path / "inductor").mkdir(parents=True)
+        if owner_file:
+            (path / OWNER_FILE).write_text("")
+            os.utime(path / OWNER_FILE, (age, age))
+        return path
+
+    orphan = scratch("cg-eval-orphan")  # its owner's flock went with it
+    young = scratch("cg-eval-young", age=time.time())  # an owner may be between making and locking it
+    unowned = scratch("cg-eval-unowned", owner_file=False)  # made before owners were recorded
+    live = scratch("cg-build-live")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_OWNER, str(live)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # another process, as another evaluator
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        assert remove_orphaned_scratch(tmp_path) == 1
+        assert not orphan.exists() and young.exists() and unowned.exists() and live.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert remove_orphaned_scratch(tmp_path) == 1 and not live.exists()  # its owner was killed
+    # A real worker's scratch directory is held by this process while the worker lives.
+    (tmp_path / "run").mkdir()
+    pool = WorkerPool()
+    try:
+        worker = pool.acquire(_spec(tmp_path / "run"), spares=0)
+        os.utime(worker.scratch / OWNER_FILE, (old, old))
+        assert remove_orphaned_scratch(tmp_path / "run") == 0 and worker.scratch.exists()
+        worker.kill()
+    finally:
+        pool.close()

@@ -6,10 +6,21 @@ import hashlib
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 from .config import PAIRING_ISSUE_RATIO, TIMER_REVISION, EvalConfig
+
+# A baseline that no worker measured because its workers timed out or died (perhaps transiently:
+# under load, beside another job) is measured again once this long has passed; a cached failure
+# caps every later candidate's reward on the task. The wait doubles with each failure in a row, and
+# after BASELINE_RETRIES retries the failure is final, so a reference that hangs costs a few
+# timeouts over a long run, not one per candidate. A failure a worker reported (torch.compile
+# raised, the reference raised) is final at once.
+BASELINE_RETRY_S = 600.0
+BASELINE_RETRIES = 3
+BASELINE_NAMES = ("eager", "compile")
 
 
 def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch_version: str,
@@ -31,18 +42,47 @@ def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch
     return f"{task_id}|{device}|torch {torch_version}|{config.precision}|{digest}"
 
 
+def entry_serves(entry: dict[str, Any] | None, needed: tuple[str, ...], now: float | None = None) -> bool:
+    """Whether a cached entry answers for the baselines `needed` as it is: all of them there, and
+    none of them a failure due to be measured again (`failed_at`: the times of its failures in a row)."""
+    if entry is None or not all(name in entry for name in needed):
+        return False
+    failures = entry.get("failed_at")
+    if not isinstance(failures, list) or not failures or len(failures) > BASELINE_RETRIES:
+        return True  # measured, failed for good, or cached before failures were retried
+    if all(entry[name] is not None for name in needed if name in BASELINE_NAMES):
+        return True
+    now = time.time() if now is None else now
+    return now - max(failures) < BASELINE_RETRY_S * 2 ** (len(failures) - 1)
+
+
 def merge_entries(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """A re-measured entry over an old one. 'profiles' and 'errors' are kept per baseline name for
     the names `new` did not measure (an entry measured for compile only keeps eager's profile)
     and replaced for those it did (a new measurement clears an old error); 'reference_errors' (the
-    float64 measurements, per seed and number of draws) are kept beside the new ones."""
-    merged = {**old, **new}
-    measured = {name for name in ("eager", "compile") if name in new}
+    float64 measurements, per seed and number of draws) are kept beside the new ones; 'failed_at'
+    (the times of failures in a row that may be transient) grows with each, and goes once every
+    baseline is measured or a failure is final."""
+    # A failed measurement never replaces a time measured before (nor its worker medians, profile).
+    kept = {name for name in BASELINE_NAMES if new.get(name, 0) is None and old.get(name) is not None}
+
+    def of_kept(key: str) -> bool:
+        return any(key == name or key.startswith(f"{name}_") for name in kept)
+
+    merged = {**old, **{key: value for key, value in new.items() if not of_kept(key)}}
+    measured = {name for name in BASELINE_NAMES if name in new and name not in kept}
     for nested in ("profiles", "errors"):
         if isinstance(old.get(nested), dict) and isinstance(new.get(nested), dict):
-            merged[nested] = {**{k: v for k, v in old[nested].items() if k not in measured}, **new[nested]}
+            merged[nested] = {**{k: v for k, v in old[nested].items() if k not in measured},
+                              **{k: v for k, v in new[nested].items() if k not in kept}}
     if isinstance(old.get("reference_errors"), dict) and isinstance(new.get("reference_errors"), dict):
         merged["reference_errors"] = {**old["reference_errors"], **new["reference_errors"]}  # one per seed and draws
+    if all(merged.get(name) is not None for name in BASELINE_NAMES if name in merged):
+        merged.pop("failed_at", None)  # nothing failed any more
+    elif isinstance(new.get("failed_at"), list):  # one more failure in a row (the same one twice: once)
+        merged["failed_at"] = sorted({*(old.get("failed_at") or []), *new["failed_at"]})
+    elif any(new.get(name, 0) is None for name in measured):
+        merged.pop("failed_at", None)  # a failure its worker reported: final
     return merged
 
 
@@ -64,7 +104,7 @@ class BaselineCache:
         """Whether `get(key, ..., needed)` would be answered from the file without measuring."""
         with self._lock:
             entry = self._entries.get(key)
-        return entry is not None and all(name in entry for name in needed)
+        return entry_serves(entry, needed)
 
     def get(self, key: str, compute: Callable[[], dict[str, Any]], needed: tuple[str, ...]) -> dict[str, Any]:
         with self._lock:
@@ -72,7 +112,7 @@ class BaselineCache:
         with lock:
             with self._lock:
                 entry = self._entries.get(key)
-            if entry is not None and all(name in entry for name in needed):
+            if entry_serves(entry, needed):
                 return entry
             entry = compute()
             with self._lock:

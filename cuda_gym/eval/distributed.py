@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..tasks.task import Task
-from .baselines import BaselineCache, merge_entries
+from .baselines import BaselineCache, entry_serves, merge_entries
 from .config import EvalConfig
 from .result import ErrorCode, EvalResult
 
@@ -111,7 +111,7 @@ class _BaselineStore:
     def claim(self, key: str, needed: tuple[str, ...], owner: str) -> tuple[str, dict[str, Any] | None]:
         """("entry", entry) when measured; ("yours", None): measure it and publish; ("wait", None)."""
         entry = self.entries.get(key)
-        if entry is not None and all(name in entry for name in needed):
+        if entry_serves(entry, needed):
             self.counts["served"] += 1
             return "entry", entry
         holder = self.claims.get(key)

@@ -33,7 +33,8 @@ from .candidate import Candidate, InvalidCandidate, parse_candidate
 from .config import EvalConfig, device_time, held_timing_enabled
 from .correctness import ToleranceFloor, compare, degeneracy, judge_stats, tolerance_floor
 from .logs import trim_compile_log
-from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, run_job
+from .pool import (READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, remove_orphaned_scratch,
+                   run_job)
 from . import sandbox
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
@@ -101,6 +102,7 @@ class Evaluator:
         self.run_dir = self.cache_dir / "run"
         for sub in ("run", "builds", "kernels", "inline"):
             (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
+        remove_orphaned_scratch(self.run_dir)
         self._pool = WorkerPool()
         self.platform = self._probe("cuda" if backend in ("auto", "cuda") else "cpu")
         if backend == "cuda" and self.platform["backend"] != "cuda":
@@ -474,8 +476,9 @@ class Evaluator:
     def _trim_build_cache(self) -> None:
         markers = sorted((self.cache_dir / "builds").glob("*.ok"), key=lambda p: p.stat().st_mtime)
         for marker in markers[:-BUILD_CACHE_LIMIT]:
-            shutil.rmtree(self.cache_dir / "inline" / marker.stem, ignore_errors=True)
+            # The marker first: one left over a half-deleted build would skip that build next time.
             marker.unlink(missing_ok=True)
+            shutil.rmtree(self.cache_dir / "inline" / marker.stem, ignore_errors=True)
 
     # ---------------------------------------------------------------------------------- baselines
     @staticmethod
@@ -521,12 +524,13 @@ class Evaluator:
         error_key = self._reference_error_key(task, backend, config)
         pair_baselines = self._pairs_baselines(backend, config)
 
-        def measure_once() -> tuple[dict[str, Any], str]:
+        def measure_once() -> tuple[dict[str, Any], str, str]:
             """One baseline job in a fresh worker: (its 'baseline' message with the worker's
-            'profiles' and 'profile_errors' added, or {} and an error). Times sent before the
-            worker failed in its profiled forwards are kept."""
+            'profiles' and 'profile_errors' added, or {} and an error, and how it failed: "timeout",
+            "died" (both perhaps transient), "error" (the worker reported one) or ""). Times sent
+            before the worker failed in its profiled forwards are kept."""
             outcome: dict[str, Any] = {}
-            failure = ""
+            failure, kind = "", ""
             with self._device_slot:
                 started = time.perf_counter()
                 self._pool.settle()  # no spare warms up while the baselines are timed
@@ -538,9 +542,9 @@ class Evaluator:
                                               pair_baselines=pair_baselines),
                             config.baseline_timeout_s, lambda m: outcome.setdefault(m.kind, m.meta) is not None)
                 except WorkerTimeout:
-                    failure = f"timed out after {config.baseline_timeout_s:g} s"
+                    failure, kind = f"timed out after {config.baseline_timeout_s:g} s", "timeout"
                 except WorkerDied as exc:
-                    failure = f"{exc}\n{worker.log_tail(2000)}"
+                    failure, kind = f"{exc}\n{worker.log_tail(2000)}", "died"
                 finally:
                     worker.kill()
                     self._pool.replenish()
@@ -551,14 +555,14 @@ class Evaluator:
                                          "job": round(time.perf_counter() - settled, 4), **phases}
             if "baseline" not in outcome:
                 return {}, failure or str(outcome.get("error", {}).get("message")
-                                          or "the baseline worker sent no result")
+                                          or "the baseline worker sent no result"), kind or "error"
             profiles = outcome.get("baseline_profiles") or {}
             errors = dict(profiles.get("errors") or {})
             if failure:  # after the times: in the profiled forwards
                 errors = {name: f"the worker failed in the profiled forward: {failure[:300]}"
                           for name in config.baselines} | errors
             return {**outcome["baseline"], "profiles": profiles.get("profiles") or {}, "profile_errors": errors,
-                    "wall_s": outcome["wall_s"], "reference_error": outcome.get("baseline_reference_error")}, ""
+                    "wall_s": outcome["wall_s"], "reference_error": outcome.get("baseline_reference_error")}, "", ""
 
         def compute() -> dict[str, Any]:
             # Each baseline is timed in `baseline_workers` fresh workers and the median worker's
@@ -580,19 +584,26 @@ class Evaluator:
 
             profiles: dict[str, list[Any]] = {name: [] for name in config.baselines}  # beside samples
             errors = []
+            named_errors: dict[str, str] = {}  # why a worker that ran measured no time for a baseline
+            transient = False  # a worker timed out or died: the failure may not recur
             for started in range(config.baseline_workers):
                 if started == 1 and _device_bound(samples, config):
                     break
                 if started == 2 and config.baseline_workers == 3 and _workers_agree(samples, paired_ratios(), config):
                     break
-                measured, error = measure_once()
+                measured, error, failed_how = measure_once()
                 if error:
                     errors.append(error)
+                    transient = transient or failed_how in ("timeout", "died")
+                    if failed_how == "timeout" and not any(samples.values()):
+                        break  # a reference that hangs costs one timeout, not one per worker
                     continue
                 reference_error = complete_reference_error(measured.get("reference_error"), config.correctness_trials)
                 if reference_error is not None:  # given to this task's later jobs, and kept with the times
                     self._reference_errors.setdefault(error_key, reference_error)
                 for name in config.baselines:
+                    if not measured.get(name) and (measured.get("errors") or {}).get(name):
+                        named_errors[name] = str(measured["errors"][name])
                     if measured.get(name):
                         samples[name].append(measured[name])
                         table = measured["profiles"].get(name)  # the kernels, or why there are none
@@ -628,7 +639,10 @@ class Evaluator:
                 entry[f"{name}_worker_medians_ms"] = [stats["median_ms"] for stats in samples[name]]
                 entry[f"{name}_worker_methods"] = [stats.get("method") for stats in samples[name]]
                 if not samples[name]:
-                    entry["errors"][name] = errors[-1] if errors else "the baseline worker reported no time"
+                    entry["errors"][name] = (named_errors.get(name) or (errors[-1] if errors else None)
+                                             or "the baseline worker reported no time")
+                    if transient and name not in named_errors:  # measured again later (baselines.entry_serves)
+                        entry["failed_at"] = [time.time()]
             if pair_baselines:  # the median worker's ratio, else why none was measured. Of two, the
                 # higher: it makes compile the faster, so it is never in a candidate's favour.
                 ratios = sorted(paired_ratios())

@@ -210,7 +210,7 @@ def _failure_summary(exc: BaseException, limit: int = 600) -> str:
 
 
 def _build_directory(arguments: dict[str, Any]) -> str | None:
-    """Where torch builds a load_inline call: its build_directory, else $TORCH_EXTENSIONS_DIR/<name>
+    """Where torch builds a load or load_inline call: its build_directory, else $TORCH_EXTENSIONS_DIR/<name>
     (set in every worker); None where neither is set."""
     if arguments.get("build_directory"):
         return str(arguments["build_directory"])
@@ -219,8 +219,9 @@ def _build_directory(arguments: dict[str, Any]) -> str | None:
 
 
 def install(split: bool = True) -> None:
-    """Route `torch.utils.cpp_extension.load_inline` through the accelerated build (worker-only;
-    `split=False` only for benchmarks comparing the forms)."""
+    """Route `torch.utils.cpp_extension.load_inline` through the accelerated build, and it and
+    `load` through the build directory's flock (buildlock.py) (worker-only; `split=False` only for
+    benchmarks comparing the forms)."""
     import inspect
 
     from torch.utils import cpp_extension
@@ -258,10 +259,19 @@ def install(split: bool = True) -> None:
             return module
         raise AssertionError("unreachable: the last form re-raises")
 
+    original_load = cpp_extension.load
+    load_signature = inspect.signature(original_load)
+
+    def load(*args: Any, **kwargs: Any) -> Any:  # cpp_extension.load as it is, under the build's flock
+        directory = _build_directory(load_signature.bind_partial(*args, **kwargs).arguments)
+        with exclusive_build(directory) if directory else contextlib.nullcontext():
+            return original_load(*args, **kwargs)
+
     # Workers neither build nor delete torch's own precompiled header (use_pch=True/False would).
     cpp_extension._check_and_build_extension_h_precompiler_headers = lambda *args, **kwargs: None
     cpp_extension.remove_extension_h_precompiler_headers = lambda: None
     cpp_extension.load_inline = load_inline
+    cpp_extension.load = load
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import fcntl
 import os
 import shutil
 import signal
@@ -142,12 +143,58 @@ def _describe_exit(exitcode: int | None) -> str:
     return f"exited with status {exitcode}"
 
 
+OWNER_FILE = ".owner"  # in a worker's scratch directory: flocked by the process that made the worker
+
+
+def _hold_owner(scratch: Path) -> int | None:
+    """The owner's flock on `<scratch>/.owner`, held while the worker lives; the kernel drops it when
+    the owner dies, however it dies, in any pid namespace. None where it cannot be taken."""
+    try:
+        fd = os.open(scratch / OWNER_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
+
+
+def remove_orphaned_scratch(root: str | Path, min_age_s: float = 60.0) -> int:
+    """Remove the worker scratch directories under `root` whose owner is gone (an evaluator or Ray
+    actor killed before it could reap its workers; each can hold a worker's compiler caches and
+    temporaries, up to gigabytes): their `.owner` flock is free. Returns how many. Directories
+    younger than `min_age_s` (an owner between making the file and locking it) or without the file
+    are left alone."""
+    removed = 0
+    for path in Path(root).glob("cg-*"):
+        owner = path / OWNER_FILE
+        try:
+            if time.time() - owner.stat().st_mtime < min_age_s:
+                continue
+            fd = os.open(owner, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its owner lives
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+        finally:
+            os.close(fd)
+    return removed
+
+
 class Worker:
     """One worker process and the pipe it reports on."""
 
     def __init__(self, spec: WorkerSpec):
         self.spec = spec
         self.scratch = Path(tempfile.mkdtemp(prefix=f"cg-{spec.role}-", dir=spec.root))
+        self._owner_fd = _hold_owner(self.scratch)
         self.log_path = self.scratch / "worker.log"
         ctx = _mp_context()
         parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -245,6 +292,9 @@ class Worker:
         except OSError:
             pass
         shutil.rmtree(self.scratch, ignore_errors=True)
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)
+            self._owner_fd = None
 
 
 _reapers: list[threading.Thread] = []

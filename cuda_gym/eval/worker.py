@@ -801,9 +801,14 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
     if "compile" in config["baselines"]:
         # Compiled before the tamper check is armed: its tripwire denies the frame lookups that
         # inductor's first import makes (torch.jit.script_method), as it would a candidate's.
-        compiled = torch.compile(model)
-        with torch.no_grad():
-            compiled(*[_clone(v) for v in setup.timing_sets[0]])
+        try:
+            compiled = torch.compile(model)
+            with torch.no_grad():
+                compiled(*[_clone(v) for v in setup.timing_sets[0]])
+        except Exception as exc:  # noqa: BLE001 - the eager time stands without it
+            compiled = None
+            result["errors"] = {"compile": f"torch.compile of the reference raised {type(exc).__name__}: "
+                                           f"{str(exc)[:1200]}"}
         result["compile_warmup_s"] = clock.mark("compile_warmup")
         # Whether inductor found this model's compiled graph in its cache (Evaluator.prewarm).
         result["compile_cache"] = {name: count for name, count in torch._dynamo.utils.counters["inductor"].items()

@@ -373,7 +373,7 @@ def write_result(result: SynthResult, out_dir: str | os.PathLike, overwrite: boo
     for task in result.tasks:
         path = out / f"level{task.plan.level}" / f"{task.plan.name}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(task.source, encoding="utf-8")
+        _write_whole(path, task.source)
     config = result.config
     manifest = {
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -385,13 +385,20 @@ def write_result(result: SynthResult, out_dir: str | os.PathLike, overwrite: boo
         "tasks": [task.record(config.backend) for task in result.tasks],
         "rejected": result.rejected,
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    _write_whole(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     report = {"kernelbench": result.kernelbench,
               "removed": {"signature": result.funnel.get("contaminated_signature", 0),
                           "ast": result.funnel.get("contaminated_ast", 0)},
               "contaminated": result.contaminated}
-    (out / DECONTAMINATION_REPORT).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    _write_whole(out / DECONTAMINATION_REPORT, json.dumps(report, indent=1) + "\n")
     return out
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Whole files only: a run killed while writing leaves no truncated task or manifest behind."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
 
 
 def _jsonable(value: Any) -> Any:
