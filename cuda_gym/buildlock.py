@@ -33,11 +33,14 @@ _local = threading.local()  # .held: the directories this thread holds
 
 
 @contextmanager
-def exclusive_build(build_directory: str | os.PathLike) -> Iterator[None]:
+def exclusive_build(build_directory: str | os.PathLike | None) -> Iterator[None]:
     """Hold the build directory's flock for the block, after removing a dead build's `lock` file.
     Re-entrant within a thread (load_kernels' lock inside a worker's wrapped cpp_extension.load: a
     second flock from the same thread would wait for the first forever); other threads, like other
-    processes, wait for it."""
+    processes, wait for it. None (a directory torch chooses itself): no lock."""
+    if build_directory is None:
+        yield
+        return
     directory = str(Path(build_directory).absolute())
     held = _local.__dict__.setdefault("held", set())
     fd = None if directory in held else _open_flock(Path(directory))

@@ -91,6 +91,8 @@ def test_an_unwritable_build_directory_is_left_to_torch(tmp_path):
     missing_parent.write_text("")
     with exclusive_build(missing_parent / "build"):  # cannot be created: no lock, no error
         pass
+    with exclusive_build(None):  # a directory torch chooses itself
+        pass
 
 
 def _install_over(monkeypatch, load_inline, load):

@@ -37,7 +37,6 @@ gets the same library name in the eval worker, which tries only the form that wo
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from pathlib import Path
@@ -242,7 +241,7 @@ def install(split: bool = True) -> None:
         for index, (form, arguments) in enumerate(forms):
             form_dir = _build_directory(arguments)
             try:
-                with exclusive_build(form_dir) if form_dir else contextlib.nullcontext():
+                with exclusive_build(form_dir):
                     module = original(**arguments)
             except Exception as exc:  # noqa: BLE001 - a failed fast form means: try the next, as written last
                 if index == len(forms) - 1:
@@ -264,7 +263,7 @@ def install(split: bool = True) -> None:
 
     def load(*args: Any, **kwargs: Any) -> Any:  # cpp_extension.load as it is, under the build's flock
         directory = _build_directory(load_signature.bind_partial(*args, **kwargs).arguments)
-        with exclusive_build(directory) if directory else contextlib.nullcontext():
+        with exclusive_build(directory):
             return original_load(*args, **kwargs)
 
     # Workers neither build nor delete torch's own precompiled header (use_pch=True/False would).

@@ -12,9 +12,9 @@ errors, leaked memory) can reach the next candidate.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import multiprocessing
-import fcntl
 import os
 import shutil
 import signal
