@@ -27,7 +27,7 @@ CHILD = r'''
 import json, os, sys, time
 from pathlib import Path
 import torch
-from cuda_gym.eval import guard, timing, worker
+from cuda_gym.eval import guard, output_digest, timing, worker
 from cuda_gym.tasks import get_task
 
 task = get_task(sys.argv[1])
@@ -40,12 +40,13 @@ rows = []
 
 def measure(step, eval_style=False, audit=None):
     started = time.perf_counter()
+    digest = output_digest.DigestMaker(12345)
     if eval_style:
-        probe = worker._Probe(12345)
-        variants, _ = worker._reference_checksums(setup, config, probe)
-        stats, flags, _ = worker._time_model(setup.model, setup, backend, config, variants, probe, audit)
-    else:
-        stats, flags, _ = worker._time_model(setup.model, setup, backend, config)
+        variants, _ = worker._reference_digests(setup, config, digest)
+    else:  # the plain input sets in turn, unrotated
+        count = config["warmup_reps"] + config["timing_reps"]
+        variants = [(k % len(setup.timing_sets), [0] * len(setup.timing_sets[0])) for k in range(count)]
+    stats, flags, _ = worker._time_model(setup.model, setup, backend, config, variants, digest, audit)
     rows.append({"step": step, "median_ms": stats.median_ms, "iqr_ms": stats.iqr_ms, "method": stats.method,
                  "reps": stats.reps, "flags": flags, "seconds": round(time.perf_counter() - started, 2)})
 

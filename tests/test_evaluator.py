@@ -373,8 +373,15 @@ def test_a_pairing_outside_the_two_fold_band_sets_no_speedup():
                         eager_time=stats(1.0))
     judge = _Judgement(EvalConfig(host_pairing=("cpu",)), result)
     # 40 pairs, each the candidate at 1 ms and the reference at 3 ms, both outputs alike.
-    judge.pairing = {"pairs": [[i, 1.0, 3.0] for i in range(40)], "checksums": [[i, 1.0, 2.0] for i in range(40)],
-                     "reference_checksums": [[i, 1.0, 2.0] for i in range(40)], "audit": {}}
+    import torch
+
+    from cuda_gym.eval import output_digest
+
+    digest = output_digest.DigestMaker(7)
+    outputs = [digest([torch.full((4,), float(i))], i) for i in range(40)]
+    judge.pairing = {"pairs": [[i, 1.0, 3.0] for i in range(40)], "candidate_inputs": list(range(40)),
+                     "reference_inputs": list(range(40)), "audit": {}}
+    judge._arrays["pairing"] = outputs + outputs
     judge._on_pairing()
     assert not judge.decided
     assert "beyond 2x of the eager baseline" in result.host_pairing["skipped"]

@@ -3,16 +3,20 @@ report. The hostile catalogue (test_hostile.py) covers the same through whole ev
 from __future__ import annotations
 
 import json
+import os
+import traceback
 import types
 
+import pytest
 import torch
 
 from cuda_gym.eval import guard
+from cuda_gym.eval.switches import Switches
 
 
 def _checker(monkeypatch, objects):
     monkeypatch.setattr(guard, "WATCHED_OBJECTS", objects)
-    return guard._make_checker("cpu", types.SimpleNamespace(events=lambda: []))
+    return guard._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
 
 
 def test_a_watched_object_replaced_is_reported_and_a_missing_one_is_not(monkeypatch):
@@ -35,3 +39,69 @@ def test_tensor_as_a_pytree_node_and_a_dispatch_rule_for_a_cuda_gym_class_are_re
     rules = singleton.find("aten::gelu").torch_dispatch_rules
     monkeypatch.setitem(vars(rules)["_data"], guard.OpRecorder, lambda *args: None)
     assert changes() == ["a torch dispatch rule for OpRecorder on aten::gelu"]
+
+
+# One flip per class of global switch (switches.py finds them; none is listed by hand). Each runs in
+# a forked child: torch refuses to read some flags again once its legacy and new precision APIs
+# were both used, so a flip could not be undone in this process.
+SWITCH_CLASSES = {
+    "backend enabled (cuDNN)": lambda: setattr(torch.backends.cudnn, "enabled", False),
+    "backend enabled (oneDNN)": lambda: setattr(torch.backends.mkldnn, "enabled", False),
+    "SDP toggle (flash)": lambda: torch.backends.cuda.enable_flash_sdp(False),
+    "SDP toggle (memory-efficient)": lambda: torch.backends.cuda.enable_mem_efficient_sdp(False),
+    "SDP toggle (math)": lambda: torch.backends.cuda.enable_math_sdp(False),
+    "SDP priority order": lambda: torch._C._set_sdp_priority_order([0, 1, 2, 3, 4]),
+    "cuDNN benchmark": lambda: setattr(torch.backends.cudnn, "benchmark", True),
+    "TF32 matmul (legacy API)": lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+    "reduced-precision reduction": lambda: setattr(torch.backends.cuda.matmul,
+                                                   "allow_fp16_reduced_precision_reduction", False),
+    "float32 matmul precision": lambda: torch.set_float32_matmul_precision("medium"),
+    "fp32_precision (cuDNN conv)": lambda: setattr(torch.backends.cudnn.conv, "fp32_precision", "ieee"),
+    "deterministic algorithms": lambda: torch.use_deterministic_algorithms(True, warn_only=True),
+    "anomaly mode": lambda: torch.autograd.set_detect_anomaly(True),
+    "MHA fast path": lambda: torch.backends.mha.set_fastpath_enabled(False),
+}
+# Settable only where torch was built with CUDA.
+CUDA_SWITCH_CLASSES = {
+    "BLAS library": lambda: torch.backends.cuda.preferred_blas_library("cublaslt"),
+    "linalg library": lambda: torch.backends.cuda.preferred_linalg_library("cusolver"),
+}
+
+
+def _in_child(check) -> bool:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        try:
+            check()
+            os._exit(0)
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.parametrize("name", [*sorted(SWITCH_CLASSES)] + [
+    pytest.param(name, marks=pytest.mark.gpu) for name in sorted(CUDA_SWITCH_CLASSES)])
+def test_every_class_of_global_switch_is_watched(name, monkeypatch):
+    flip = SWITCH_CLASSES.get(name) or CUDA_SWITCH_CLASSES[name]
+
+    def check():
+        switches = Switches("cpu")
+        changes = _checker(monkeypatch, ())
+        assert switches.changed() == [] and changes() == []
+        flip()
+        seen = switches.changed()
+        assert seen, f"{name}: not seen"
+        assert set(seen) <= set(changes()), f"{name}: not in the tamper check"
+
+    assert _in_child(check), f"{name}: see the child's traceback above"
+
+
+def test_the_judges_own_context_is_not_a_switch():
+    switches = Switches("cpu")
+    with torch.no_grad():
+        assert switches.changed() == []
+    with torch.inference_mode():
+        torch.ones(3) * 2
+    assert switches.changed() == []

@@ -20,6 +20,7 @@ from ..eval.candidate import Candidate, InvalidCandidate, parse_candidate
 from ..eval.config import EvalConfig
 from ..eval.result import ErrorCode, EvalResult
 from ..eval.reward import get_reward
+from ..tasks.degenerate import without_degenerate
 from ..tasks.suites import get_task, load_suite
 from ..tasks.task import Task
 from . import prompt as prompt_text
@@ -76,6 +77,7 @@ class KernelEnv(gym.Env):
         suite: str = "builtin",
         levels: int | Iterable[int] | None = None,
         task_filter: Callable[[Task], bool] | Iterable[str] | str | None = None,
+        include_degenerate: bool = False,
         backend: str = "auto",
         reward: str | Callable[..., float] = "milestone",
         reward_mode: str = "per_step",
@@ -121,6 +123,7 @@ class KernelEnv(gym.Env):
         self._owns_evaluator = evaluator is None
         self._target: tuple[str, str] | None = None
 
+        self.include_degenerate = include_degenerate
         self.tasks: list[Task] = self._load_tasks(suite, levels, task_filter)
         self._tasks_by_id = {t.id: t for t in self.tasks}
 
@@ -147,6 +150,7 @@ class KernelEnv(gym.Env):
             levels = (levels,)
         levels = tuple(int(level) for level in levels) if levels is not None else None
         tasks = load_suite(suite, levels=levels, **self._suite_kwargs(suite))
+        tasks = without_degenerate(tasks, task_filter) if not self.include_degenerate else tasks
         if task_filter is not None:
             if callable(task_filter):
                 tasks = [t for t in tasks if task_filter(t)]

@@ -34,6 +34,7 @@ from gymnasium import spaces
 from ..eval.config import EvalConfig
 from ..eval.result import ErrorCode, EvalResult
 from ..eval.reward import get_reward
+from ..tasks.degenerate import without_degenerate
 from ..tasks.suites import load_suite
 from ..tasks.task import Task
 from .kernel_env import compact_result
@@ -87,6 +88,7 @@ class ScheduleEnv(gym.Env):
         suite: str = "builtin",
         levels: int | Iterable[int] | None = None,
         task_filter: Callable[[Task], bool] | Iterable[str] | str | None = None,
+        include_degenerate: bool = False,
         backend: str = "auto",
         reward: str | Callable[..., float] = "log_speedup",
         episode_steps: int = 1,
@@ -124,6 +126,7 @@ class ScheduleEnv(gym.Env):
             levels = (levels,)
         kwargs = {"data_path": data_path} if suite != "builtin" and data_path is not None else {}
         tasks = load_suite(suite, levels=tuple(levels) if levels is not None else None, **kwargs)
+        tasks = without_degenerate(tasks, task_filter) if not include_degenerate else tasks
         if task_filter is not None:
             if callable(task_filter):
                 tasks = [t for t in tasks if task_filter(t)]

@@ -220,6 +220,17 @@ def compare(candidate: Sequence[Any], reference: Sequence[Any], *, cand_dtypes: 
     return TrialResult(distribution, True, worst["abs"], worst["rel"], worst["norm"])
 
 
+def degenerate_reason(draw_outputs: Sequence[Sequence[np.ndarray]], widest_rel_norm_tolerance: float) -> str:
+    """Why a task cannot tell a kernel from a constant, judged from its reference outputs on the trial
+    draws (samples, as the worker sends them) and the widest relative-norm tolerance any trial's
+    output is held to; '' where it can. A reference that is rounding noise (its widened tolerance
+    reaches 1, so a zero output would pass) is as degenerate as a constant one."""
+    reason = degeneracy(draw_outputs)
+    if not reason and widest_rel_norm_tolerance >= 1.0:
+        reason = "the fp32 reference output is rounding noise: a zero output is within its widened tolerance"
+    return reason or ""
+
+
 def degeneracy(draw_outputs: Sequence[Sequence[np.ndarray]]) -> str | None:
     """Why a task's output barely depends on its inputs (judged over all draws), or None."""
     first = draw_outputs[0]

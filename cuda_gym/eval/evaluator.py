@@ -31,14 +31,14 @@ from ..tasks.task import Task
 from .baselines import BaselineCache, baseline_key
 from .candidate import Candidate, InvalidCandidate, parse_candidate
 from .config import EvalConfig, device_time, held_timing_enabled
-from .correctness import ToleranceFloor, compare, degeneracy, judge_stats, tolerance_floor
+from .correctness import ToleranceFloor, compare, degenerate_reason, judge_stats, tolerance_floor
 from .logs import trim_compile_log
 from .pool import (READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, remove_orphaned_scratch,
                    run_job)
-from . import sandbox
+from . import output_digest, sandbox
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
-from .reward import claims_milestone
+from .reward import DEGENERATE_FLAG, claims_milestone
 from .timing import HOLD_LIBRARY_ENV, PAIRS, UNTRACKED_WORK_FLAG, build_hold_library
 
 EVALUATOR_VERSION = "0.1"
@@ -320,7 +320,10 @@ class Evaluator:
                 result.flags.append(f"baseline_{name}_failed")
                 result.runtime_log += f"[{name} baseline] {error}\n"
         before_judging = copy.deepcopy(result) if config.confirm_faster else None
-        self._judge(task, candidate, backend, config, env, result)
+        known = entry.get("degenerate") if config.baselines else None
+        found = self._judge(task, candidate, backend, config, env, result, degenerate=known)
+        if config.baselines and known is None and found is not None:  # once per task, kept with its baselines
+            self._baselines.annotate(self._baseline_key(task, backend, config), "degenerate", found)
         if result.correct and result.candidate_time:
             self._set_speedups(result, config)
             if (before_judging is not None and claims_milestone(result)
@@ -660,9 +663,12 @@ class Evaluator:
 
     # -------------------------------------------------------------------------------------- judge
     def _judge(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],
-               result: EvalResult) -> None:
+               result: EvalResult, degenerate: str | None = None) -> str | None:
+        """Judge `candidate` in a fresh eval worker into `result`. `degenerate`: the task's degenerate
+        reason where already known. Returns it as this judgement found or was given it (None where
+        the worker never sent the reference)."""
         key = secrets.token_bytes(32)  # authenticates the worker's messages (see sandbox.sign)
-        judge = _Judgement(config, result, key)
+        judge = _Judgement(config, result, key, degenerate)
         with self._device_slot:
             self._pool.settle()  # no spare warms up while this candidate is on the device
             judge.started = time.monotonic()
@@ -692,6 +698,7 @@ class Evaluator:
             result.eval_seconds = round(time.monotonic() - judge.started, 4)
         result.runtime_log = (result.runtime_log + log)[-config.max_log_chars:]
         judge.finish()
+        return judge.degenerate
 
 
 def complete_reference_error(report: Any, trials: int) -> dict[str, Any] | None:
@@ -725,22 +732,15 @@ def _audit_failed(audit: dict[str, Any]) -> bool:
     return bool(audit.get("forbidden_ops") or audit.get("without_native") or not audit.get("intact", True))
 
 
-def _checksum_mismatch(got: list[float], want: list[float], tolerance: float) -> str:
-    """'' when a call's checksums (pairs of sum and L1 norm per output) match the expected ones within
-    `tolerance` of the expected L1 norm; else what differed."""
-    for position in range(0, len(want), 2):
-        scale = want[position + 1] + 1e-12
-        if not (abs(got[position] - want[position]) <= tolerance * scale
-                and abs(got[position + 1] - want[position + 1]) <= tolerance * scale):
-            return f"checksum {got[position]:.6g}, expected {want[position]:.6g}"
-    return ""
-
-
 class _Judgement:
     """Turns a worker's messages into a verdict. Decides on the evaluator's side of the pipe."""
 
-    def __init__(self, config: EvalConfig, result: EvalResult, key: bytes | None = None):
+    def __init__(self, config: EvalConfig, result: EvalResult, key: bytes | None = None,
+                 degenerate: str | None = None):
         self.config = config
+        # Why the task cannot tell a kernel from a constant ('' where it can), None until known:
+        # given where an earlier evaluation found it, else found from the reference message.
+        self.degenerate = degenerate
         self.result = result
         self.key = key
         self.seq = 0
@@ -749,7 +749,8 @@ class _Judgement:
         self.reference_specs: list[list[dict]] = []
         self.distributions: list[str] = []
         self.limits_not_applied: list[str] = []
-        self.timing_checksums: list[list[float]] = []
+        self.timing_digests: list[np.ndarray] = []  # the reference's output digest per timed call (output_digest)
+        self._arrays: dict[str, list[np.ndarray]] = {}  # the output digests of the timing and pairing messages
         # Per trial and output, the widened tolerances where the fp32 reference is rounding noise (else None).
         self.tolerance_floors: list[list[ToleranceFloor | None]] = []
         self.measured_reference_error: dict[str, Any] | None = None  # the worker's report, when complete
@@ -787,6 +788,7 @@ class _Judgement:
             return self._on_reference(message)
         if message.kind == "pairing":
             self.pairing = meta
+            self._arrays["pairing"] = message.arrays
             return True
         if message.kind == "loaded":
             self.stage = "timing"
@@ -797,6 +799,7 @@ class _Judgement:
             return self._on_checks(meta)
         if message.kind == "timing":
             self.timing = meta
+            self._arrays["timing"] = message.arrays
             self.stage = "the correctness trials"
             return True
         if message.kind == "memory":
@@ -844,15 +847,17 @@ class _Judgement:
             self.reference.append(message.arrays[offset: offset + len(specs)])
             offset += len(specs)
         self.distributions = message.meta.get("distributions", [])
-        self.timing_checksums = message.meta.get("timing_checksums", [])
+        self.timing_digests = list(message.arrays[offset:])
         self.result.device_memory = {k: float(v) for k, v in dict(message.meta.get("memory", {})).items()}
         noise = self._read_reference_error(message.meta.get("reference_error"))
-        reason = degeneracy(self.reference[: self.config.correctness_trials])
-        if not reason and self._widest_rel_norm_tolerance() >= 1.0:
-            reason = "the fp32 reference output is rounding noise: a zero output is within its widened tolerance"
-        warnings = [f"{reason}; this task cannot tell a kernel from a constant"] if reason else []
+        if self.degenerate is None:  # not yet known for this task (Evaluator keeps it with the baselines)
+            self.degenerate = degenerate_reason(self.reference[: self.config.correctness_trials],
+                                                self._widest_rel_norm_tolerance())
+        reason = self.degenerate
+        warnings = [f"{reason}; this task cannot tell a kernel from a constant, so speed earns nothing here "
+                    "(reward at most 1)"] if reason else []
         if reason:
-            self.result.flags.append("degenerate_task")
+            self.result.flags.append(DEGENERATE_FLAG)
         if noise:
             self.result.flags.append("reference_rounding_noise")
             warnings.append(noise)
@@ -895,6 +900,13 @@ class _Judgement:
                 f"those draws are judged at {self.config.reference_noise_multiple:g} times the reference's own error: "
                 f"relative error up to {max(rel_norm):.3g}, every element within {widest_abs:.3g} "
                 "(EvalResult.reference_error)")
+
+    def _widest_floor(self) -> ToleranceFloor | None:
+        """The widest widened tolerances of any trial's output (None where none is widened)."""
+        floors = [floor for floors in self.tolerance_floors for floor in floors if floor]
+        if not floors:
+            return None
+        return ToleranceFloor(rel_norm=max(f.rel_norm for f in floors), abs=max(f.abs for f in floors))
 
     def _widest_rel_norm_tolerance(self) -> float:
         """The widest relative-norm tolerance of any trial's output (the policy's where none is widened)."""
@@ -1002,24 +1014,23 @@ class _Judgement:
             self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process while it was timed: "
                          + ", ".join(timing["tampered"]))
             return
-        rows = timing.get("checksums", [])
-        if not rows or len(rows) < int((timing.get("stats") or {}).get("reps", 1)):
-            self.verdict(ErrorCode.FORBIDDEN, "the timing report has fewer checksums than timed calls")
+        inputs, digests = timing.get("digest_inputs", []), self._arrays.get("timing", [])
+        if not inputs or len(inputs) != len(digests) or len(inputs) < int((timing.get("stats") or {}).get("reps", 1)):
+            self.verdict(ErrorCode.FORBIDDEN, "the timing report has fewer output digests than timed calls")
             return
-        # Where the reference is rounding noise its sums are too: the widest widened tolerance stands
-        # for every timed call (their inputs are draws whose reference error was not measured).
-        tolerance = max(1e-4, 10 * self._widest_rel_norm_tolerance())
-        expected = self.timing_checksums
-        for rep, row in enumerate(rows):
-            which = int(row[0]) if row else -1
-            if not 0 <= which < len(expected) or len(row) - 1 != len(expected[which]):
-                self.verdict(ErrorCode.INCORRECT, f"timed call {rep} returned a different number of outputs")
+        # Where the reference is rounding noise, the widest widened tolerance stands for every timed
+        # call (their inputs are draws whose reference error was not measured).
+        floor = self._widest_floor()
+        expected = self.timing_digests
+        for rep, (which, got) in enumerate(zip(inputs, digests)):
+            if not isinstance(which, int) or not 0 <= which < len(expected):
+                self.verdict(ErrorCode.FORBIDDEN, f"timed call {rep} reports an input that was never given")
                 return
-            got, want = row[1:], expected[which]
-            wrong = _checksum_mismatch(got, want, tolerance)
+            wrong = output_digest.mismatch(got, expected[which], self.config, floor)
             if wrong:
-                self.verdict(ErrorCode.INCORRECT, f"timed call {rep} returned a wrong result ({wrong}): outputs "
-                             "cached, skipped or finished after the call returned")
+                self.verdict(ErrorCode.INCORRECT, f"timed call {rep} returned a wrong result ({wrong}): every timed "
+                             "call is held to the trials' tolerances; outputs cached, skipped, computed differently "
+                             "when timed, or finished after the call returned fail here")
                 return
         if UNTRACKED_WORK_FLAG in timing.get("flags", []):
             self.verdict(ErrorCode.INCORRECT, "timed calls left work running on another stream after they returned "
@@ -1060,19 +1071,24 @@ class _Judgement:
         if "skipped" in pairing:
             self.result.host_pairing = {"skipped": str(pairing["skipped"])}
             return
-        tolerance = max(1e-4, 10 * self._widest_rel_norm_tolerance())
-        reference = {int(row[0]): row[1:] for row in pairing.get("reference_checksums", [])}
-        candidate = {int(row[0]): row[1:] for row in pairing.get("checksums", [])}
+        digests = self._arrays.get("pairing", [])
+        candidate_inputs, reference_inputs = pairing.get("candidate_inputs", []), pairing.get("reference_inputs", [])
+        if len(candidate_inputs) + len(reference_inputs) != len(digests):
+            self.verdict(ErrorCode.FORBIDDEN, "the paired timing report's output digests do not match its calls")
+            return
+        candidate = dict(zip(candidate_inputs, digests[:len(candidate_inputs)]))
+        reference = dict(zip(reference_inputs, digests[len(candidate_inputs):]))
         rows = pairing.get("pairs", [])
         if not rows or any(int(row[0]) not in candidate or int(row[0]) not in reference for row in rows):
-            self.verdict(ErrorCode.FORBIDDEN, "the paired timing report lacks checksums of some pairs")
+            self.verdict(ErrorCode.FORBIDDEN, "the paired timing report lacks output digests of some pairs")
             return
+        floor = self._widest_floor()
         ratios, candidate_ms, reference_ms = [], [], []
         for index, cand_ms, ref_ms in rows:
             want, got = reference[int(index)], candidate[int(index)]
-            if not all(math.isfinite(v) for v in want):
+            if not np.isfinite(want).all():
                 continue  # this rotation breaks the reference: not a comparison
-            wrong = "a different number of outputs" if len(want) != len(got) else _checksum_mismatch(got, want, tolerance)
+            wrong = output_digest.mismatch(got, want, self.config, floor)
             if wrong:
                 self.verdict(ErrorCode.INCORRECT, f"a paired timing call returned a result that differs from the "
                              f"reference's on the same input ({wrong}): the candidate computed differently while "

@@ -42,6 +42,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from .. import native
+from .switches import Switches
 
 CREATION_AND_VIEW_OPS = frozenset({
     # creation (no data from inputs)
@@ -921,7 +922,7 @@ WATCHED_MODULES = (
     "torch.backends.cudnn", "torch.random", "torch.testing", "torch.utils.cpp_extension",
     "cuda_gym.native", "cuda_gym.eval.worker", "cuda_gym.eval.guard", "cuda_gym.eval.timing", "cuda_gym.eval.memory",
     "cuda_gym.eval.correctness", "cuda_gym.eval.protocol", "cuda_gym.eval.sandbox", "cuda_gym.eval.result",
-    "cuda_gym.eval.config",
+    "cuda_gym.eval.config", "cuda_gym.eval.output_digest", "cuda_gym.eval.switches",
 )
 # (module, class name) pairs whose class dict is snapshotted (every method, not a chosen few).
 WATCHED_CLASSES = (
@@ -932,6 +933,7 @@ WATCHED_CLASSES = (
     ("cuda_gym.eval.guard", "OpRecorder"), ("cuda_gym.eval.guard", "TamperCheck"), ("cuda_gym.eval.guard", "Tripwire"),
     ("cuda_gym.eval.guard", "_StorageMarks"), ("cuda_gym.eval.guard", "_HostReadWatch"),
     ("cuda_gym.eval.guard", "_CountingModule"), ("torch.overrides", "TorchFunctionMode"),
+    ("cuda_gym.eval.switches", "Switches"), ("cuda_gym.eval.output_digest", "DigestMaker"),
     ("cuda_gym.eval.worker", "_Channel"), ("cuda_gym.eval.worker", "_TaskSetup"), ("cuda_gym.eval.timing", "Timer"),
     ("collections", "Counter"),  # the op recorder counts ops in one
 )
@@ -979,7 +981,7 @@ def _persisting_l2_limit_getter() -> Callable[[], Any] | None:
     return persisting_l2_limit
 
 
-def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
+def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callable[[], list[str]]:
     """A closure that compares the process with the state captured now. Everything it calls is
     captured here, so rebinding module attributes, builtins or class methods later cannot change
     what it does; it is reachable only through the worker's own frame."""
@@ -1053,6 +1055,7 @@ def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
         if persisting_l2 is not None:
             getters["cuda.persisting_l2_cache_limit"] = persisting_l2
     flags = {name: get() for name, get in getters.items()}
+    switches_changed = switches.changed
     events = tripwire.events
     missing = object()
 
@@ -1116,6 +1119,7 @@ def _make_checker(device: str, tripwire: Tripwire) -> Callable[[], list[str]]:
                 now_value = f"<{type(exc).__name__}>"
             if now_value != flags[name]:
                 changed.append(f"{name} ({flags[name]!r} -> {now_value!r})")
+        changed += switches_changed()
         changed += [f"denied: {event}" for event in events()]
         return changed
 
@@ -1147,8 +1151,11 @@ class TamperCheck:
         settle_monitor = getattr(torch.autograd.profiler, "_maybe_cupti_monitor", None)
         if callable(settle_monitor):  # torch's lazy lookup, done now so that a later change is the candidate's
             settle_monitor()
+        switches = Switches(device)  # read before the tripwire: it calls every getter torch has
         tripwire = Tripwire.arm()
         if policy == "strict":
             tripwire.deny_dynamo()
             tripwire.deny_mode_access()
-        self.changes: Callable[[], list[str]] = _make_checker(device, tripwire)
+        self.changes: Callable[[], list[str]] = _make_checker(device, tripwire, switches)
+        # The global switches alone (switches.py): cheap enough to read after every paired call.
+        self.switches_changed: Callable[[], list[str]] = switches.changed

@@ -174,6 +174,17 @@ def _stats(samples_ms: Sequence[float], method: str, detail: dict[str, float] | 
 MAX_EXTRA_WARMUPS = 200
 
 
+_detach = torch.Tensor.detach
+
+
+def handles(values: Sequence[Any]) -> list[Any]:
+    """New tensor objects on the live inputs' storage for one call: the same addresses and values,
+    but never the objects the judge loads inputs through, so that whatever a call does to the
+    objects it was given (a `__class__` assignment that would run its code inside the judge's own
+    tensor calls, `set_`, attributes) stays with them."""
+    return [_detach(v) if isinstance(v, torch.Tensor) else v for v in values]
+
+
 class Timer:
     """Times `fn(*inputs)` over rotating input sets; returns stats, flags and output snapshots."""
 
@@ -194,12 +205,12 @@ class Timer:
             _cuda_synchronize()
 
     def run(self, fn: Callable[..., Any], live_inputs: Sequence[Any], load_set: Callable[[int], None],
-            sets: int, checksum: Callable[[Any], list[float]], *, audit: Callable[[], Any] | None = None,
-            cover_sets: bool = True) -> tuple[TimingStats, list[str], list[list[float]]]:
+            sets: int, checksum: Callable[[Any, int], Any], *, audit: Callable[[], Any] | None = None,
+            cover_sets: bool = True) -> tuple[TimingStats, list[str], list[tuple[int, Any]]]:
         """Time `fn(*live_inputs)`; before each repeat `load_set(k)` copies input set k (rotating)
         into the live input tensors, so the addresses stay and the values change: a result cached
-        by address is stale. Returns (stats, flags, per-repeat [set index, *checksum(output)]),
-        the checksum taken right after the timed call, so late or skipped work is caught.
+        by address is stale. Returns (stats, flags, per-repeat (set index, checksum(output, set
+        index))), the checksum taken right after the timed call, so late or skipped work is caught.
 
         Warm-up calls load sets `reps, reps+1, ...` (mod `sets`), so with `sets >= reps + warmup`
         no call sees the inputs of another. `audit()`, when given, returns a context manager (the
@@ -222,24 +233,25 @@ class Timer:
                 gc.enable()
 
     def _run(self, fn: Callable[..., Any], live_inputs: Sequence[Any], load_set: Callable[[int], None], sets: int,
-             checksum: Callable[[Any], list[float]], audit: Callable[[], Any] | None, cover_sets: bool,
+             checksum: Callable[[Any, int], Any], audit: Callable[[], Any] | None, cover_sets: bool,
              chooser: random.SystemRandom, hold: tuple | None,
-             collecting: bool) -> tuple[TimingStats, list[str], list[list[float]]]:
+             collecting: bool) -> tuple[TimingStats, list[str], list[tuple[int, Any]]]:
         with _no_grad():
             for index in range(self.warmup_reps):
                 load_set((self.reps + index) % sets)
+                args = handles(live_inputs)
                 if audit is not None:
                     with audit():
-                        fn(*live_inputs)
+                        fn(*args)
                 else:
-                    fn(*live_inputs)
+                    fn(*args)
             self._sync()
             # Then, unaudited, until `warmup_s` has passed: a host-bound model's first calls after an
             # idle spell run slower (caches, clocks); only the warm-up sets are reused.
             warm_started, extra = _perf_counter_ns(), 0
             while self.warmup_reps and extra < MAX_EXTRA_WARMUPS and _perf_counter_ns() - warm_started < self.warmup_ns:
                 load_set((self.reps + extra % self.warmup_reps) % sets)
-                fn(*live_inputs)
+                fn(*handles(live_inputs))
                 self._sync()
                 extra += 1
             hold_ns = 0  # set from the open repeats' issue times when the first held repeat comes
@@ -250,11 +262,12 @@ class Timer:
             held_issue_ms: list[float] = []
             held_tail_ms: list[float] = []
             open_issue_ms: list[float] = []
-            sums: list[list[float]] = []
+            sums: list[tuple[int, Any]] = []
             started = _perf_counter_ns()
             for rep in range(self.reps):
                 which = rep % sets
                 load_set(which)
+                args = handles(live_inputs)
                 if self._flush_buffer is not None:
                     self._flush_buffer.zero_()
                 self._sync()
@@ -262,9 +275,9 @@ class Timer:
                 if (audit is not None and chooser.random() < 0.25
                         and self.reps - rep > self.min_reps - timed):
                     with audit():
-                        output = fn(*live_inputs)
+                        output = fn(*args)
                     self._sync()
-                    sums.append([float(which), *checksum(output)])
+                    sums.append((which, checksum(output, which)))
                     del output
                     continue
                 gc.disable()
@@ -277,7 +290,7 @@ class Timer:
                         raise RuntimeError("the timer's hold kernel failed to launch")
                     start.record()
                     t0 = _perf_counter_ns()
-                    output = fn(*live_inputs)
+                    output = fn(*args)
                     t1 = _perf_counter_ns()
                     end.record()
                     _event_synchronize(end)
@@ -290,7 +303,7 @@ class Timer:
                     start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
                     t0 = _perf_counter_ns()
                     start.record()
-                    output = fn(*live_inputs)
+                    output = fn(*args)
                     t1 = _perf_counter_ns()
                     end.record()
                     _cuda_synchronize()
@@ -300,10 +313,10 @@ class Timer:
                     open_issue_ms.append((t1 - t0) / 1e6)
                 else:
                     t0 = _perf_counter_ns()
-                    output = fn(*live_inputs)
+                    output = fn(*args)
                     t1 = _perf_counter_ns()
                     wall_ms.append((t1 - t0) / 1e6)
-                sums.append([float(which), *checksum(output)])
+                sums.append((which, checksum(output, which)))
                 del output
                 if collecting:
                     gc.enable()
@@ -361,7 +374,7 @@ class ReferenceCallFailed(RuntimeError):
 
 
 def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[..., Any], live_inputs: Sequence[Any],
-               load_input: Callable[[int], None], checksum: Callable[[Any], list[float]], plan: Sequence[tuple[bool, bool]],
+               load_input: Callable[[int], None], checksum: Callable[[Any, int], Any], plan: Sequence[tuple[bool, bool]],
                *, after_call: Callable[[], None], audit: Callable[[], Any] | None = None,
                warmup_reps: int = 3, warmup_s: float = 0.3) -> dict[str, Any]:
     """The candidate and the reference timed call by call in this one process, so that the host's
@@ -372,24 +385,25 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
     audited?)) loads input `warm-ups + k` (`load_input`, a fresh input per pair) before each of its
     two calls. A call's time is the host clock from just before it to its return, on CUDA to a
     device-wide synchronize after it (work on every stream), after an L2 flush. Both outputs are
-    checksummed (`checksum`) right after their call; `after_call()` runs after every call's checksum,
+    checksummed (`checksum(output, input index)`) right after their call; `after_call()` runs after every call's checksum,
     both models' alike (the caller scrubs the freed memory there, so the candidate is never handed
     a reference output, and each call follows the same host work: a scrub after the reference's
     calls alone left the candidate's calls on a host cache the scrub had just churned). An
     audited candidate call runs under `audit()`, untimed. Returns the raw measurements, for the
     evaluator to reduce: {"pairs": [[input, candidate ms, reference ms], ...] (audited pairs: candidate
-    ms 0), "checksums": [[input, *candidate's]], "reference_checksums": [[input, *reference's]]}.
+    ms 0), "candidate_digests": [(input, candidate's checksum)], "reference_digests": [(input, reference's)]}.
     A reference call that raises raises ReferenceCallFailed."""
     cuda = device == "cuda"
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda") if cuda else None
     sync = _cuda_synchronize if cuda else (lambda: None)
     rows: list[list[float]] = []
-    sums: dict[str, list[list[float]]] = {"candidate": [], "reference": []}
+    sums: dict[str, list[tuple[int, Any]]] = {"candidate": [], "reference": []}
     collecting = gc.isenabled()
     gc.collect()
 
     def call(name: str, index: int, timed: bool, audited: bool) -> float:
         load_input(index)
+        args = handles(live_inputs)
         if flush is not None:
             flush.zero_()
         sync()
@@ -397,13 +411,13 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
         try:
             if audited:
                 with audit():
-                    output = fn(*live_inputs)
+                    output = fn(*args)
                 sync()
                 elapsed = 0.0
             else:
                 gc.disable()
                 t0 = _perf_counter_ns()
-                output = fn(*live_inputs)
+                output = fn(*args)
                 sync()
                 elapsed = (_perf_counter_ns() - t0) / 1e6
                 if collecting:
@@ -413,7 +427,7 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
                 raise ReferenceCallFailed(f"{type(exc).__name__}: {exc}") from exc
             raise
         if timed:
-            sums[name].append([float(index), *checksum(output)])
+            sums[name].append((index, checksum(output, index)))
         del output
         after_call()
         return elapsed
@@ -439,4 +453,4 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
     finally:
         if collecting:
             gc.enable()
-    return {"pairs": rows, "checksums": sums["candidate"], "reference_checksums": sums["reference"]}
+    return {"pairs": rows, "candidate_digests": sums["candidate"], "reference_digests": sums["reference"]}

@@ -40,11 +40,11 @@ import torch.profiler  # noqa: F401
 import torch.utils.cpp_extension  # noqa: F401
 
 from ..tasks.task import load_task_namespace
-from . import fastbuild, guard, memory, protocol, sandbox
+from . import fastbuild, guard, memory, output_digest, protocol, sandbox
 from .config import EvalConfig, device_time
 from .correctness import (Draw, ToleranceFloor, draw_label, flatten_outputs, make_draw, output_stats, reshuffle,
                           tolerance_floor)
-from .timing import MAX_EXTRA_WARMUPS, PAIRS, ReferenceCallFailed, Timer, prepare_hold, time_pairs
+from .timing import MAX_EXTRA_WARMUPS, PAIRS, ReferenceCallFailed, Timer, handles, prepare_hold, time_pairs
 
 _perf_counter = time.perf_counter
 
@@ -119,78 +119,6 @@ def _describe(output: Any, sample_seed: int, reference: list[torch.Tensor] | Non
     return arrays, specs
 
 
-class _Probe:
-    """Secret positions and weights per output size (drawn in this worker before the candidate
-    loads): the position-sensitive part of a timing checksum."""
-
-    SIZE = 4096
-
-    def __init__(self, seed: int):
-        self._seed = seed
-        self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def __call__(self, tensor: torch.Tensor) -> list[float]:
-        flat = tensor.detach().reshape(-1)
-        if flat.numel() == 0:
-            return [0.0, 0.0]
-        key = (flat.numel(), str(flat.device))
-        if key not in self._cache:
-            generator = torch.Generator(device=flat.device)
-            generator.manual_seed(self._seed)
-            positions = torch.randint(0, flat.numel(), (self.SIZE,), generator=generator, device=flat.device)
-            weights = torch.rand(self.SIZE, generator=generator, device=flat.device, dtype=torch.float64) + 0.5
-            self._cache[key] = (positions, weights)
-        positions, weights = self._cache[key]
-        values = flat[positions].double()
-        return [float((values * weights).sum()), float((values.abs() * weights).sum())]
-
-
-# Elements per chunk. On the CPU a float64-accumulated sum of a 16M-element float32 chunk took 19x
-# as long as the same sums over 1M-element chunks (2-core CPU, 2026-12-05: 54 ms against 2.8 ms for
-# 8M elements); the checksums run after every timed call, so they set how long a CPU timing takes.
-_CHECKSUM_CHUNK = {"cuda": 1 << 24, "cpu": 1 << 20}
-
-
-def _sum_and_l1(value: torch.Tensor) -> list[float]:
-    """Sum and L1 norm in float64, chunk by chunk (vector_norm's dtype argument casts the whole
-    tensor first: a 12 GiB float64 copy of a 6 GiB output)."""
-    flat = value.reshape(-1)
-    total, l1 = 0.0, 0.0
-    size = _CHECKSUM_CHUNK["cuda" if flat.is_cuda else "cpu"]
-    for start in range(0, flat.numel(), size):
-        chunk = flat[start:start + size]
-        total += float(chunk.sum(dtype=torch.float64))
-        l1 += float(chunk.abs().sum(dtype=torch.float64))
-    return [total, l1]
-
-
-def _checksum(output: Any, probe: _Probe | None = None) -> list[float]:
-    """Sum and L1 norm of each output, accumulated in float64 (no float64 copy of the output).
-    With `probe`, each output is first read at secret positions (right after the call returned, so
-    an output still being written by work the call did not wait for fails) and position-weighted
-    sums of those values are appended (a stale, shifted or permuted output fails even where its
-    plain sums agree). A tensor subclass gets NaN: it could run its work only when read."""
-    values = flatten_outputs(output)
-    probes: list[float] = []
-    for value in values if probe is not None else ():
-        if isinstance(value, torch.Tensor):
-            probes += probe(value) if type(value) in _PLAIN_TENSORS else [float("nan")] * 2
-        else:
-            probes += [float(value), abs(float(value))]
-    sums = []
-    for value in values:
-        if isinstance(value, torch.Tensor) and type(value) not in _PLAIN_TENSORS:
-            sums += [float("nan")] * 2
-        elif isinstance(value, torch.Tensor):
-            value = value.detach()
-            if not value.is_floating_point():
-                value = value.double()
-            sums += _sum_and_l1(value)
-        else:
-            sums += [float(value), abs(float(value))]
-    return sums + probes
-
-
 def _to_device(value: Any, device: str) -> Any:
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
@@ -229,7 +157,7 @@ def _warm_up_kernels(device: str) -> None:
     x = torch.randn(64, 64, device=device)
     y = torch.roll(x.reshape(-1), 7).reshape(x.shape)
     y.copy_(x)
-    _checksum([x @ y, torch.rand(64, device=device, dtype=torch.float64)], _Probe(1))
+    output_digest.DigestMaker(1)([x @ y, torch.rand(64, device=device, dtype=torch.float64)], 0)
     positions = torch.randint(0, x.numel(), (16,), generator=generator, device=device)
     _host_array(x.reshape(-1)[positions])
     torch.isfinite(x).all()
@@ -543,15 +471,16 @@ def _copy_rotated_into(live: list[Any], values: list[Any], shifts: list[int]) ->
         out[:shift].copy_(flat[flat.numel() - shift:])
 
 
-def _reference_checksums(setup: _TaskSetup, config: dict, probe: _Probe) -> tuple[list, list]:
+def _reference_digests(setup: _TaskSetup, config: dict, digest: output_digest.DigestMaker) -> tuple[list, list]:
     """Run the reference here, before any candidate code exists in this process, on the inputs the
     candidate's timed calls will get: one fresh input per call (input set k mod sets, each tensor
     rotated by a secret random shift, so nothing can be cached across calls or precomputed).
     Returns the variants for the candidate's timer (as many timed calls as the reference made
-    within the timing budget, then the warm-up inputs) and the reference's checksum per timed
-    call. (The reference is not timed here: its times come from the baseline workers. Timing it
-    in this worker too did not narrow the spread between workers on the H200 and cost up to
-    0.37 s per evaluation: docs/benchmarks.md.)"""
+    within the timing budget, then the warm-up inputs) and the digest of the reference's outputs
+    for each timed call (output_digest: what the candidate's call k is compared with). (The
+    reference is not timed here: its times come from the baseline workers. Timing it in this
+    worker too did not narrow the spread between workers on the H200 and cost up to 0.37 s per
+    evaluation: docs/benchmarks.md.)"""
     chooser = random.SystemRandom()
     warmup = config["warmup_reps"]
     variants = []
@@ -559,20 +488,25 @@ def _reference_checksums(setup: _TaskSetup, config: dict, probe: _Probe) -> tupl
         which = index % len(setup.timing_sets)
         base = setup.timing_sets[which]
         variants.append((which, _secret_shifts(chooser, base)))
-    checksums: list[list[float]] = []
+    digests: list[np.ndarray] = []
     started = _perf_counter()
     with torch.no_grad():
         for rep in range(config["timing_reps"]):
             which, shifts = variants[rep]
             inputs = setup.timing_sets[which]
-            sums = _checksum(setup.model(*_variant(inputs, shifts)), probe)
-            if not all(math.isfinite(s) for s in sums):  # this rotation breaks the task: use the set as is
+            record = digest(flatten_outputs(setup.model(*_variant(inputs, shifts))), rep)
+            if not np.isfinite(record).all():  # this rotation breaks the task: use the set as is
                 variants[rep] = (which, [0] * len(shifts))
-                sums = _checksum(setup.model(*_variant(inputs, variants[rep][1])), probe)
-            checksums.append(sums)
+                record = digest(flatten_outputs(setup.model(*_variant(inputs, variants[rep][1]))), rep)
+            digests.append(record)
             if rep + 1 >= config["timing_min_reps"] and _perf_counter() - started > config["timing_budget_s"]:
                 break
-    return variants[: len(checksums)] + variants[len(variants) - warmup:], checksums
+    return variants[: len(digests)] + variants[len(variants) - warmup:], digests
+
+
+def _digest_of(digest: output_digest.DigestMaker) -> Any:
+    """The timers' checksum callable: (output, input index) -> the output's digest."""
+    return lambda output, index: digest(flatten_outputs(output), index)
 
 
 class _Audit:
@@ -604,25 +538,20 @@ class _Audit:
                 "forbidden_ops": self.forbidden}
 
 
-def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, variants: list | None = None,
-                probe: _Probe | None = None, audit: _Audit | None = None) -> tuple[Any, list[str], list]:
-    reps = config["timing_reps"] if variants is None else len(variants) - config["warmup_reps"]
-    timer = Timer(device, warmup_reps=config["warmup_reps"], reps=reps,
+def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, variants: list,
+                digest: output_digest.DigestMaker, audit: _Audit | None = None) -> tuple[Any, list[str], list]:
+    """Timer.run over the secret `variants` (a fresh input per call; the candidate's calls partly
+    audited), each call's outputs digested (output_digest) right after it."""
+    timer = Timer(device, warmup_reps=config["warmup_reps"], reps=len(variants) - config["warmup_reps"],
                   min_reps=config["timing_min_reps"], budget_s=config["timing_budget_s"],
                   l2_flush=config["l2_flush"], warmup_s=config.get("timing_warmup_s", 0.0))
     live = [_clone(v) for v in setup.timing_sets[0]]
-    if variants is not None:  # a fresh variant per call; the candidate's calls partly audited
-        def load_variant(which: int) -> None:
-            base, shifts = variants[which]
-            _copy_rotated_into(live, setup.timing_sets[base], shifts)
 
-        return timer.run(model, live, load_variant, len(variants), lambda out: _checksum(out, probe),
-                         audit=audit, cover_sets=False)
+    def load_variant(which: int) -> None:
+        base, shifts = variants[which]
+        _copy_rotated_into(live, setup.timing_sets[base], shifts)
 
-    def load_set(which: int) -> None:
-        _copy_into(live, setup.timing_sets[which])
-
-    return timer.run(model, live, load_set, len(setup.timing_sets), _checksum)
+    return timer.run(model, live, load_variant, len(variants), _digest_of(digest), audit=audit, cover_sets=False)
 
 
 def _sample_seed(job: dict, draw_index: int) -> int:
@@ -791,8 +720,8 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
     measure_after = setup.known_reference_error is None
     setup.prepare_trials(lambda index, outputs: None, measure_error=not measure_after)
     setup.prepare_timing_sets()
-    probe = _Probe(secrets.randbits(62))
-    variants, _ = _reference_checksums(setup, config, probe)
+    digest = output_digest.DigestMaker(secrets.randbits(62))
+    variants, _ = _reference_digests(setup, config, digest)
     memory.scrub_freed(device, setup.output_nbytes)
     model = _fresh_reference(setup, job, device)
     clock.mark("reference_history")
@@ -816,11 +745,11 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
     guard.count_native_calls()
     guard.TamperCheck(device, "permissive")  # armed as for a candidate
     if "eager" in config["baselines"]:
-        stats, _, _ = _time_model(model, setup, device, config, variants, probe, _Audit("permissive"))
+        stats, _, _ = _time_model(model, setup, device, config, variants, digest, _Audit("permissive"))
         result["eager"] = _stats_meta(stats)
         clock.mark("eager_timing")
     if compiled is not None:
-        stats, _, _ = _time_model(compiled, setup, device, config, variants, probe)
+        stats, _, _ = _time_model(compiled, setup, device, config, variants, digest)
         result["compile"] = _stats_meta(stats)
         clock.mark("compile_timing")
         if job.get("pair_baselines") and "eager" in result:
@@ -887,7 +816,7 @@ def _pair_baselines(compiled: Any, model: Any, setup: _TaskSetup, device: str, c
     chooser = random.SystemRandom()
     plan = [(chooser.random() < 0.5, False) for _ in range(PAIRS[1])]
     try:
-        paired = time_pairs(device, compiled, model, live, load_input, lambda out: [], plan, after_call=lambda: None,
+        paired = time_pairs(device, compiled, model, live, load_input, lambda out, index: None, plan, after_call=lambda: None,
                             warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))
     except Exception as exc:  # noqa: BLE001 - the unpaired compile speedup stands
         return {"skipped": f"the paired timing raised {type(exc).__name__}: {exc}"[:300]}
@@ -958,8 +887,8 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         setup.prepare_trials(describe)
         clock.mark("describe")
         setup.prepare_timing_sets()
-        probe = _Probe(secrets.randbits(62))
-        variants, timing_checksums = _reference_checksums(setup, config, probe)
+        digest = output_digest.DigestMaker(secrets.randbits(62))
+        variants, timing_digests = _reference_digests(setup, config, digest)
     except BaseException as exc:  # noqa: BLE001
         _reference_failed(channel, exc, device, plan)
         return
@@ -967,11 +896,11 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
     memory.scrub_freed(device, setup.output_nbytes)  # no freed reference output reaches the candidate
     channel.send("reference", {"limits_not_applied": job.get("limits_not_applied", []),
                                "distributions": setup.distributions, "outputs": specs,
-                               "timing_checksums": timing_checksums, "memory": plan.to_meta(),
+                               "timing_digests": len(timing_digests), "memory": plan.to_meta(),
                                "reference_error": setup.reference_error_meta(),
                                "seconds": _perf_counter() - started,
-                               "parts_s": clock.phases}, arrays)
-    del arrays, specs, timing_checksums
+                               "parts_s": clock.phases}, arrays + timing_digests)
+    del arrays, specs, timing_digests
 
     fastbuild.install()
     if policy == "permissive" and _COMPILE_WORDS.search(job["candidate_source"]):
@@ -1015,22 +944,23 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
 
     # Timing comes before the correctness trials: the trials' op recorder runs a profiler session,
     # and after one the process's host overhead per op is no longer what a baseline worker's is.
-    # The timed calls are checked by their checksums (computed from the reference before any
+    # The timed calls are checked by their output digests (made from the reference before any
     # candidate code ran) and a secret quarter of them by the op recorder's dispatch mode.
     audit = _Audit(policy)
     try:
-        stats, timing_flags, sums = _time_model(model, setup, device, config, variants, probe, audit)
+        stats, timing_flags, digests = _time_model(model, setup, device, config, variants, digest, audit)
     except BaseException as exc:  # noqa: BLE001
         code, message = _failure(exc, tamper, device, plan, "a timed call")
         _error(channel, code, message, traceback=traceback.format_exc(limit=8))
         return
-    timing_meta = {"stats": _stats_meta(stats), "flags": timing_flags, "checksums": sums,
+    timing_meta = {"stats": _stats_meta(stats), "flags": timing_flags, "digest_inputs": [which for which, _ in digests],
                    "audit": audit.meta(), "tampered": tamper.changes()}
-    channel.send("timing", timing_meta)
+    channel.send("timing", timing_meta, [record for _, record in digests])
     clock.mark("timing")
     if paired is not None:
         try:
-            channel.send("pairing", {**paired.time(model, stats, probe, audit, config), "tampered": tamper.changes()})
+            pairing_meta, pairing_digests = paired.time(model, stats, audit, config, tamper.switches_changed)
+            channel.send("pairing", {**pairing_meta, "tampered": tamper.changes()}, pairing_digests)
         except _PairingTampered as exc:
             _error(channel, "FORBIDDEN", f"the candidate changed {exc} while it was timed against the reference")
             return
@@ -1051,7 +981,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         calls_before = guard.native_call_total()
         try:
             with torch.no_grad(), recorder:
-                output = model(*inputs)
+                output = model(*handles(inputs))  # the judge's own objects stay out of the candidate's reach
                 still_recording = recorder.is_active()
             early = _stream_sample(output, _sample_seed(job, index)) if device == "cuda" else []
             _sync(device)
@@ -1075,6 +1005,11 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         reference = setup.reference_outputs[index]
         try:
             if reference is None:  # not resident: the reference again, on the same draw
+                switched = tamper.switches_changed()
+                if switched:
+                    _error(channel, "FORBIDDEN", "the candidate changed global switches before the reference was "
+                           "computed again: " + ", ".join(switched))
+                    return
                 reference = setup.reference_output(index, draw.inputs)
                 again, _ = _describe(reference, _sample_seed(job, index))
                 if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(again, trusted_samples[index])):
@@ -1137,6 +1072,7 @@ class _PairedReference:
         self.inputs = [(which, _secret_shifts(chooser, setup.timing_sets[which]))
                        for which in (index % len(setup.timing_sets) for index in range(MAX_EXTRA_WARMUPS + PAIRS[1]))]
         self.plan = [(chooser.random() < 0.5, chooser.random() < 0.25) for _ in range(PAIRS[1])]
+        self.digest = output_digest.DigestMaker(secrets.randbits(62))
         try:
             self.model = _fresh_reference(setup, job, device)
             self.fingerprint = self._fingerprint()
@@ -1167,18 +1103,30 @@ class _PairedReference:
                 "the reference's classes", "the globals the reference's code reads"]
         return [w for w, a, b in zip(what, now, self.fingerprint) if a != b]
 
-    def time(self, model: Any, stats: Any, probe: _Probe, audit: _Audit, config: dict) -> dict:
+    def time(self, model: Any, stats: Any, audit: _Audit, config: dict,
+             switches_changed: Any) -> tuple[dict, list[np.ndarray]]:
+        """(the pairing's report, the digests of its calls' outputs: the candidate's, then the
+        reference's). `switches_changed()` (guard.TamperCheck's) is read before the first call and
+        after every call: a global switch the candidate changed never reaches a reference call."""
         if self.model is None:
-            return {"skipped": self.error}
+            return {"skipped": self.error}, []
         if self.reference_device_time and device_time(stats.method, stats.detail):
             return {"skipped": "the candidate's and the reference's timings are device time (held, issued within "
-                               "it): the pairing corrects host speed, and neither timing is host time"}
+                               "it): the pairing corrects host speed, and neither timing is host time"}, []
         if PAIRS[0] * (stats.median_ms + self.reference_ms) > 1000 * PAIR_TIME_LIMIT_S:
-            return {"skipped": f"{PAIRS[0]} pairs would take more than {PAIR_TIME_LIMIT_S:g} s"}
+            return {"skipped": f"{PAIRS[0]} pairs would take more than {PAIR_TIME_LIMIT_S:g} s"}, []
         changed = self._changed()
         if changed:
-            return {"skipped": f"the candidate changed {', '.join(changed)} after the paired reference was made"}
+            return {"skipped": f"the candidate changed {', '.join(changed)} after the paired reference was made"}, []
         setup = self.setup
+
+        def after_call() -> None:
+            memory.scrub_freed(self.device, keep_cache=True)
+            switched = switches_changed()
+            if switched:
+                raise _PairingTampered("global switches: " + ", ".join(switched))
+
+        after_call()
         live = [_clone(v) for v in setup.timing_sets[0]]
         layout = [_layout(v) for v in live]
 
@@ -1189,8 +1137,8 @@ class _PairedReference:
             _copy_rotated_into(live, setup.timing_sets[which], shifts)
 
         try:
-            result = time_pairs(self.device, model, self.model, live, load_input, lambda out: _checksum(out, probe),
-                                self.plan, after_call=lambda: memory.scrub_freed(self.device, keep_cache=True),
+            result = time_pairs(self.device, model, self.model, live, load_input, _digest_of(self.digest),
+                                self.plan, after_call=after_call,
                                 audit=audit if config["policy"] == "strict" else None,
                                 warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))
         except ReferenceCallFailed as exc:
@@ -1200,7 +1148,10 @@ class _PairedReference:
             raise _PairingTampered(", ".join(changed))
         self.model = None
         memory.scrub_freed(self.device, setup.output_nbytes)
-        return {**result, "audit": audit.meta()}
+        candidate, reference = result.pop("candidate_digests", []), result.pop("reference_digests", [])
+        meta = {**result, "candidate_inputs": [index for index, _ in candidate],
+                "reference_inputs": [index for index, _ in reference], "audit": audit.meta()}
+        return meta, [record for _, record in candidate] + [record for _, record in reference]
 
 
 def _layout(value: Any) -> Any:

@@ -29,17 +29,22 @@ def add_command(commands) -> None:
     sub.add_argument("--failure-speedup", type=float, default=1.0,
                      help="what a failed or missing task counts as in 'geomean (all)' (default 1.0)")
     sub.add_argument("--no-plots", action="store_true", help="skip the PNG plots (no matplotlib needed)")
+    sub.add_argument("--include-degenerate", action="store_true",
+                     help="with --suite, keep the tasks whose output cannot tell a kernel from a constant "
+                          "(left out by default: cuda-gym tasks list marks them)")
     add_eval_options(sub)
     sub.set_defaults(func=_cmd_leaderboard)
 
 
 def _select_tasks(args: argparse.Namespace):
     from ..tasks import get_task, load_suite
+    from ..tasks.degenerate import without_degenerate
 
     kwargs = {"data_path": args.data_path} if args.data_path else {}
     if args.suite:
         suite_kwargs = kwargs if args.suite != "builtin" else {}
-        return load_suite(args.suite, levels=tuple(args.levels) if args.levels else None, **suite_kwargs)
+        tasks = load_suite(args.suite, levels=tuple(args.levels) if args.levels else None, **suite_kwargs)
+        return tasks if args.include_degenerate else without_degenerate(tasks)
     if args.levels:
         raise ValueError("--levels selects within --suite; with --tasks, list the tasks you want")
     tasks = []

@@ -21,7 +21,8 @@ def suite_names() -> list[str]:
 
 
 def load_suite(name: str = "builtin", *, levels: tuple[int, ...] | None = None, **kwargs) -> list[Task]:
-    """Load a suite's tasks, sorted by id. `levels` keeps only those levels."""
+    """Load a suite's tasks, sorted by id. `levels` keeps only those levels. (Every task: the
+    environments and the leaderboard leave degenerate ones out, degenerate.without_degenerate.)"""
     if name not in _LOADERS:
         raise KeyError(f"unknown suite {name!r}; known suites: {', '.join(suite_names())}")
     tasks = _LOADERS[name](**kwargs)

@@ -1,0 +1,227 @@
+"""What is kept of a timed call's outputs, and how two of them are compared at the policy's tolerances.
+
+A timed call gets an input no other call gets (nothing can be cached), so its reference output is
+computed before any candidate code exists in the worker, and it cannot be kept whole for every
+call. Each call's outputs are reduced to a digest right after the call returns: per output,
+
+- its dtype and element count;
+- the float64 sum, L1 norm and squared L2 norm over every element;
+- a sketch: every element multiplied by a secret random sign and added to bucket (position mod
+  `SKETCH_BUCKETS`, a prime). The sketch is linear, so the difference of two outputs' sketches is the sketch
+  of their difference, and the sum of its squared buckets estimates ||out - ref||^2 without bias
+  whatever the error's pattern; its relative spread is about sqrt(2 / buckets) where the error is
+  spread over the buckets, more where it sits in a few (each call's error is another, so one that
+  a call's estimate misses shows in the next);
+- the values at `SAMPLES` secret random positions (every element where there are no more).
+
+Signs and positions are drawn from a secret made in the worker before the candidate loads, the
+positions fresh for each input (`DigestMaker(secret)(output, input_index)`): a candidate cannot aim
+an error where the digest does not look. `mismatch` holds a candidate's digest to the trials'
+standard: every sampled element within the elementwise bound, the sketched relative-norm error
+within `SKETCH_MARGIN` times the relative-norm tolerance, the L2 norms within the tolerance (exact:
+| ||out|| - ||ref|| | <= ||out - ref||), the sums within `SUM_TOLERANCE_MULTIPLE` times it. Where an
+output has no more than `SAMPLES` elements, the samples are the whole output and it is compared
+exactly as a trial's is. Integer and boolean outputs must be equal (samples, sums and sketch).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from .config import EvalConfig
+from .correctness import ELEMENTWISE_ATOL_SCALE, ToleranceFloor, judge_stats, output_stats
+
+if TYPE_CHECKING:
+    import torch
+
+SAMPLES = 4096
+SKETCH_BUCKETS = 251  # prime: an error on a column of a matrix (a stride) spreads over every bucket
+# The sketch's estimate of the relative-norm error is held to this multiple of the tolerance. Its
+# ratio to the true error, measured over the fp32-vs-float64 errors of reference outputs
+# (benchmarks/timed_check_margin.py; docs/evaluation-policy.md has the figures), stays far below it.
+SKETCH_MARGIN = 1.5
+# The sums and L1 norms, an extra check, at this multiple of the relative-norm tolerance of the L1 norm.
+SUM_TOLERANCE_MULTIPLE = 10.0
+HEADER = 5  # dtype code, element count, sum, L1 norm, squared L2 norm
+# Elements per chunk of the full-output passes (a multiple of the bucket count): temporaries stay
+# small on either device.
+_CHUNK = {"cuda": SKETCH_BUCKETS << 14, "cpu": SKETCH_BUCKETS << 12}
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
+NOT_A_PLAIN_TENSOR = -1.0  # dtype code of an output that is not a plain tensor (a subclass can defer work)
+
+
+def _dtype_code(name: str) -> float:
+    return float(DTYPES.index(name)) if name in DTYPES else float(len(DTYPES))
+
+
+def _is_float_code(code: float) -> bool:
+    return 0 <= code < 4
+
+
+class DigestMaker:
+    """Digests of a call's outputs (`__call__(outputs, input_index)`: one float64 array for all
+    outputs, their records one after the other). Everything random comes from `secret`, drawn in
+    the worker before the candidate loads."""
+
+    def __init__(self, secret: int):
+        self._secret = secret
+        # The sketch's signs per (output position, size, device) where the output is small enough to
+        # keep them: drawn once, secret all the same; larger outputs draw theirs on every call.
+        self._signs: dict[tuple, "torch.Tensor"] = {}
+
+    def _generator(self, device: Any, input_index: int, output_index: int) -> "torch.Generator":
+        import torch
+
+        generator = torch.Generator(device=device)
+        generator.manual_seed((self._secret + 1_000_003 * input_index + 7_919 * output_index) % (1 << 62))
+        return generator
+
+    def _signs_for(self, output_index: int, numel: int, start: int, count: int,
+                   generator: "torch.Generator") -> "torch.Tensor":
+        device = generator.device
+        if numel > KEPT_SIGNS_MAX:
+            return _random_signs(count, generator, device)
+        key = (output_index, numel, str(device))
+        if key not in self._signs:
+            import torch
+
+            kept = torch.Generator(device=device)
+            kept.manual_seed((self._secret * 31 + output_index) % (1 << 62))
+            self._signs[key] = _random_signs(numel, kept, device).to(torch.int8)
+        return self._signs[key][start:start + count]
+
+    def __call__(self, outputs: Sequence[Any], input_index: int) -> np.ndarray:
+        records = [self._record(value, input_index, position) for position, value in enumerate(outputs)]
+        return np.concatenate(records) if records else np.zeros(0)
+
+    def _record(self, value: Any, input_index: int, output_index: int) -> np.ndarray:
+        import torch
+
+        if not isinstance(value, torch.Tensor):  # a Python number (flatten_outputs passes them through)
+            number = float(value)
+            return np.array([_dtype_code("float64"), 1.0, number, abs(number), number * number,
+                             *([0.0] * SKETCH_BUCKETS), number])
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            return np.array([NOT_A_PLAIN_TENSOR, float(value.numel()), math.nan, math.nan, math.nan])
+        flat = value.detach().reshape(-1)
+        numel = flat.numel()
+        generator = self._generator(flat.device, input_index, output_index)
+        # The samples first, right after the call returned: an output still being written by work the
+        # call did not wait for shows other values here than after the device-wide sync that follows.
+        if numel <= SAMPLES:
+            samples = flat.double()
+        else:
+            samples = flat[torch.randint(0, numel, (SAMPLES,), generator=generator, device=flat.device)].double()
+        total, l1, l2sq = 0.0, 0.0, 0.0
+        sketch = torch.zeros(SKETCH_BUCKETS, dtype=torch.float64, device=flat.device)
+        chunk_size = _CHUNK["cuda" if flat.is_cuda else "cpu"]
+        for start in range(0, numel, chunk_size):
+            chunk = flat[start:start + chunk_size].double()
+            total += float(chunk.sum())
+            l1 += float(chunk.abs().sum())
+            l2sq += float(torch.dot(chunk, chunk))
+            chunk.mul_(self._signs_for(output_index, numel, start, chunk.numel(), generator))
+            whole = chunk.numel() - chunk.numel() % SKETCH_BUCKETS
+            sketch += chunk[:whole].view(-1, SKETCH_BUCKETS).sum(0)
+            sketch[: chunk.numel() - whole] += chunk[whole:]
+        header = [_dtype_code(str(value.dtype).replace("torch.", "")), float(numel), total, l1, l2sq]
+        return np.concatenate([np.array(header), sketch.cpu().numpy(), samples.cpu().numpy()])
+
+
+KEPT_SIGNS_MAX = 1 << 24  # outputs up to this many elements keep their sketch signs (int8: 16 MiB at most)
+
+
+def _random_signs(count: int, generator: "torch.Generator", device: Any) -> "torch.Tensor":
+    """`count` independent random signs (float64 +-1): 64 from each random 64-bit draw, the bits
+    unpacked (drawing one number per sign cost 5x more on the CPU)."""
+    import torch
+
+    words = torch.randint(-(1 << 63), (1 << 63) - 1, ((count + 63) // 64,), generator=generator, device=device)
+    bits = words.unsqueeze(1).bitwise_right_shift(torch.arange(64, device=device)).bitwise_and_(1)
+    return bits.view(-1)[:count].double().mul_(2).sub_(1)
+
+
+def split(digest: np.ndarray) -> list[np.ndarray] | None:
+    """The per-output records of a digest, or None where it is malformed."""
+    records, offset = [], 0
+    while offset < len(digest):
+        if offset + HEADER > len(digest):
+            return None
+        code, numel = digest[offset], digest[offset + 1]
+        if code == NOT_A_PLAIN_TENSOR:
+            size = HEADER
+        elif math.isfinite(numel) and numel >= 0:
+            size = HEADER + SKETCH_BUCKETS + int(min(numel, SAMPLES))
+        else:
+            return None
+        records.append(digest[offset: offset + size])
+        offset += size
+    return records if offset == len(digest) else None
+
+
+def mismatch(got: np.ndarray, want: np.ndarray, config: EvalConfig, floor: ToleranceFloor | None = None) -> str:
+    """'' when the candidate's digest `got` passes against the reference's `want` for the same
+    input (the module docstring's checks; `floor`: the widened tolerances where the reference is
+    rounding noise), else what failed."""
+    got_records, want_records = split(np.asarray(got, dtype=np.float64)), split(np.asarray(want, dtype=np.float64))
+    if got_records is None or want_records is None:
+        return "a malformed output digest"
+    if len(got_records) != len(want_records):
+        return f"{len(got_records)} outputs, the reference returns {len(want_records)}"
+    for position, (out, ref) in enumerate(zip(got_records, want_records)):
+        label = f"output {position}" if len(want_records) > 1 else "output"
+        failure = _record_mismatch(out, ref, label, config, floor)
+        if failure:
+            return failure
+    return ""
+
+
+def _record_mismatch(out: np.ndarray, ref: np.ndarray, label: str, config: EvalConfig,
+                     floor: ToleranceFloor | None) -> str:
+    import torch
+
+    if out[0] == NOT_A_PLAIN_TENSOR:
+        return f"{label} is not a plain torch.Tensor"
+    if out[0] != ref[0]:
+        got_name = DTYPES[int(out[0])] if 0 <= out[0] < len(DTYPES) else "another dtype"
+        return f"{label} has dtype {got_name}, expected {DTYPES[int(ref[0])]} (a precision change is not allowed)"
+    numel = int(ref[1])
+    if out[1] != ref[1]:
+        return f"{label} has {int(out[1])} elements, expected {numel}"
+    if not np.isfinite(out).all():
+        return f"{label} has NaN/inf elements (unwritten or overflowed output?)"
+    (_, _, out_sum, out_l1, out_l2sq), (_, _, ref_sum, ref_l1, ref_l2sq) = out[:HEADER], ref[:HEADER]
+    out_sketch, ref_sketch = out[HEADER:HEADER + SKETCH_BUCKETS], ref[HEADER:HEADER + SKETCH_BUCKETS]
+    out_samples, ref_samples = out[HEADER + SKETCH_BUCKETS:], ref[HEADER + SKETCH_BUCKETS:]
+    if not _is_float_code(ref[0]):
+        if not (np.array_equal(out_samples, ref_samples) and np.array_equal(out_sketch, ref_sketch)
+                and out_sum == ref_sum and out_l1 == ref_l1):
+            return f"{label}: integer elements differ from the reference's"
+        return ""
+    if numel <= SAMPLES:  # the samples are the whole output: the trials' exact comparison
+        stats = output_stats(torch.from_numpy(out_samples), torch.from_numpy(ref_samples), config, floor)
+        return judge_stats(stats, label, numel, config, floor)
+    tolerance = config.rel_norm_tolerance if floor is None else max(config.rel_norm_tolerance, floor.rel_norm)
+    ref_norm = math.sqrt(ref_l2sq)
+    atol = ELEMENTWISE_ATOL_SCALE * ref_norm / math.sqrt(max(numel, 1)) + 1e-7
+    if floor is not None:
+        atol = max(atol, floor.abs)
+    excess = np.abs(out_samples - ref_samples) - (config.elementwise_rtol * np.abs(ref_samples) + atol)
+    bad = int(np.count_nonzero(excess > 0))
+    if bad:
+        return (f"{label}: {bad} of {len(ref_samples)} sampled elements out of tolerance (max abs error "
+                f"{float(np.max(np.abs(out_samples - ref_samples))):.3g})")
+    error = math.sqrt(float(np.sum(np.square(out_sketch - ref_sketch))))
+    relative = error / ref_norm if ref_norm > 0 else (0.0 if error == 0 else math.inf)
+    if relative > SKETCH_MARGIN * tolerance:
+        return (f"{label}: relative error about {relative:.3g} (sketched over every element) > {tolerance:g} "
+                f"({config.precision} policy, estimate held to {SKETCH_MARGIN:g}x)")
+    norm_gap = abs(math.sqrt(out_l2sq) - ref_norm)
+    if norm_gap > tolerance * ref_norm:
+        return f"{label}: its L2 norm differs from the reference's by {norm_gap / max(ref_norm, 1e-30):.3g} of it"
+    sum_tolerance = SUM_TOLERANCE_MULTIPLE * tolerance * (ref_l1 + 1e-12)
+    if abs(out_sum - ref_sum) > sum_tolerance or abs(out_l1 - ref_l1) > sum_tolerance:
+        return f"{label}: sum {out_sum:.6g}, expected {ref_sum:.6g}"
+    return ""
