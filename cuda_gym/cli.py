@@ -148,8 +148,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"baselines: {', '.join(config.baselines)} (evaluator ready after "
               f"{time.monotonic() - evaluator_started:.0f} s)")
         if backend == "cpu":
-            print("On the CPU the reference solutions are plain C++ written to be correct, not tuned: expect "
-                  "them to be slower than PyTorch's eager kernels (speedups below 1). Every verdict should be OK.")
+            print("On the CPU the reference solutions are plain C++ written to be correct, not tuned kernels: "
+                  "their speedups say little (some are many times slower than PyTorch's); every verdict should be OK.")
         prewarm_started = time.monotonic()
         prewarmed = evaluator.prewarm(tasks)  # {} where it did nothing
         if prewarmed:
