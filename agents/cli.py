@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def add_command(commands: argparse._SubParsersAction) -> None:
-    from cuda_gym.cli import add_eval_options
+    from cuda_gym.cli import add_eval_options, suite_list
 
     agent = commands.add_parser(
         "agent", help="play tasks with an LLM (OpenAI-compatible server or local checkpoint) and score it",
@@ -39,7 +39,7 @@ def add_command(commands: argparse._SubParsersAction) -> None:
 
     tasks = agent.add_argument_group("tasks")
     tasks.add_argument("--tasks", help="comma-separated task ids, e.g. builtin/L1/gelu,builtin/L2/linear_gelu")
-    tasks.add_argument("--suite", help="play a whole suite: builtin, kernelbench, ops6k")
+    tasks.add_argument("--suite", help=f"play a whole suite: {suite_list()}")
     tasks.add_argument("--levels", help="with --suite: comma-separated levels, e.g. 1,2 (default all)")
     tasks.add_argument("--data-path", help="KernelBench / Ops-6K data (else $CUDA_GYM_KERNELBENCH / $CUDA_GYM_OPS6K)")
 

@@ -27,14 +27,14 @@ NOT_COVERED = "NOT_COVERED"
 
 
 def add_command(commands: argparse._SubParsersAction) -> None:
-    from cuda_gym.cli import add_eval_options
+    from cuda_gym.cli import add_eval_options, suite_list
 
     solve = commands.add_parser(
         "solve", help="solve tasks with a non-LLM agent (template: fx trace -> csrc/ templates -> tuned knobs)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     solve.add_argument("--agent", default="template", choices=["template"], help="which agent (default template)")
     solve.add_argument("--tasks", help="comma-separated task ids")
-    solve.add_argument("--suite", help="a whole suite: builtin, kernelbench, ops6k")
+    solve.add_argument("--suite", help=f"a whole suite: {suite_list()}")
     solve.add_argument("--levels", help="with --suite: comma-separated levels, e.g. 1,2 (default all)")
     solve.add_argument("--data-path", help="KernelBench / Ops-6K data (else $CUDA_GYM_KERNELBENCH / $CUDA_GYM_OPS6K)")
     solve.add_argument("--budget", type=int, default=1, help="configurations judged per task (default 1: the default)")

@@ -23,8 +23,8 @@ read these records; every field below means exactly what its line says.
   or "COMPILED" for a compile step that built (compile reports only the build).
 - `speedup_vs_eager`, `speedup_vs_compile`: the step's speedups (None unless a full eval/submit
   measured them).
-- `result`: the environment's compact `EvalResult` dict (`info["result"]`: None-valued fields left
-  out; `EvalResult.from_dict` rebuilds it), or None when nothing was evaluated.
+- `result`: the environment's `EvalResult` dict (`info["result"]`: every key, None where not
+  measured; `EvalResult.from_dict` rebuilds it), or None when nothing was evaluated.
 - `generation_seconds`: wall time of the backend call; `eval_seconds`: wall time of `env.step`.
 - `prompt_token_ids`: the exact token ids the model was conditioned on for this reply (the chat
   template applied to `messages`, generation prompt included), when the backend has them

@@ -6,7 +6,9 @@ import datetime as dt
 import importlib
 import json
 import platform
+import shutil
 import sys
+import textwrap
 import time
 from collections import defaultdict
 from concurrent.futures import as_completed
@@ -27,10 +29,17 @@ def _cmd_tasks_list(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(f"suite {suite}: {len(tasks)} tasks (suites: {', '.join(suite_names())})")
+        id_width = max((len(task.id) for task in tasks), default=0) + 2
+        # Descriptions are wrapped whole under their column; a narrow terminal still gets 30 characters a line.
+        text_width = max(30, shutil.get_terminal_size((100, 24)).columns - id_width - 3)
         for task in tasks:
             solved = [b for b in ("cuda", "cpu") if suite == "builtin" and solution_path(task, b)]
             marks = f" [solutions: {', '.join(solved)}]" if solved else ""
-            print(f"  {task.id:<48} {task.description[:70]}{marks}")
+            lines = textwrap.wrap(task.description + marks, text_width, break_on_hyphens=False,
+                                  break_long_words=False) or [""]
+            print(f"  {task.id:<{id_width}} {lines[0]}")
+            for line in lines[1:]:
+                print(f"  {'':<{id_width}} {line}")
     return 0
 
 
@@ -63,6 +72,7 @@ def make_evaluator(args: argparse.Namespace, config=None):
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    from .eval.candidate import InvalidCandidate, parse_candidate
     from .tasks import get_task
 
     path = Path(args.candidate)
@@ -74,8 +84,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return 2
-    with make_evaluator(args) as evaluator:
-        result = evaluator.evaluate(task, path.read_text(encoding="utf-8"))
+    source = path.read_text(encoding="utf-8")
+    try:
+        parse_candidate(source)
+    except InvalidCandidate as exc:
+        # Nothing to build or run: answered without an evaluator, whose worker and torch take seconds to start.
+        result = _invalid_action(task.id, args, str(exc))
+    else:
+        with make_evaluator(args) as evaluator:
+            result = evaluator.evaluate(task, source)
     if args.json:
         print(result.to_json(indent=2))
     else:
@@ -83,6 +100,21 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         if not result.ok and (result.compile_log or result.runtime_log):
             print((result.compile_log or result.runtime_log)[-2000:])
     return 0 if result.ok else 1
+
+
+def _invalid_action(task_id: str, args: argparse.Namespace, message: str):
+    """The INVALID_ACTION verdict the evaluator would give, without starting one: its `backend` is
+    the one asked for (`auto` unresolved) and its `device` empty, since no worker was asked."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .eval.result import ErrorCode, EvalResult
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = ""
+    return EvalResult(task_id=task_id, backend=args.backend, error_code=ErrorCode.INVALID_ACTION, message=message,
+                      torch_version=torch_version, precision=args.precision, policy=args.policy)
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -96,16 +128,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = evaluator_config(args)
     evaluator_started = time.monotonic()
+    suite = load_suite("builtin", levels=tuple(args.level) if args.level else None)
+    if args.task:
+        unknown = sorted(set(args.task) - {t.id for t in suite})
+        if unknown:
+            print(f"error: not built-in tasks{' of the levels asked for' if args.level else ''}: "
+                  f"{', '.join(unknown)} (`cuda-gym tasks list` shows them)", file=sys.stderr)
+            return 2
+        suite = [t for t in suite if t.id in args.task]
     with make_evaluator(args, config) as evaluator:
         backend = evaluator.backend
-        tasks = [t for t in load_suite("builtin", levels=tuple(args.level) if args.level else None)
-                 if solution_path(t, backend)]
+        tasks = [t for t in suite if solution_path(t, backend)]
         if not tasks:
-            print(f"error: no built-in reference solutions for backend {backend}", file=sys.stderr)
+            print(f"error: none of the {len(suite)} built-in tasks asked for has a reference solution for "
+                  f"backend {backend} (`cuda-gym tasks list` marks those that do)", file=sys.stderr)
             return 2
-        print(f"cuda-gym run: {len(tasks)} reference solutions on {backend} ({evaluator.device_name}), "
+        print(f"cuda-gym run: judging {len(tasks)} of {len(suite)} built-in tasks, those with a reference "
+              f"solution for {backend} (the others are for agents to solve), on {evaluator.device_name}; "
               f"baselines: {', '.join(config.baselines)} (evaluator ready after "
               f"{time.monotonic() - evaluator_started:.0f} s)")
+        if backend == "cpu":
+            print("On the CPU the reference solutions are plain C++ written to be correct, not tuned kernels: "
+                  "their speedups say little (some are many times slower than PyTorch's); every verdict should be OK.")
         prewarm_started = time.monotonic()
         prewarmed = evaluator.prewarm(tasks)  # {} where it did nothing
         if prewarmed:
@@ -169,6 +213,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if all(r.correct for r in results) else 1
 
 
+def suite_list() -> str:
+    """The registered suites, for help texts: "builtin, kernelbench, ops6k, synth"."""
+    from .tasks import suite_names
+
+    return ", ".join(suite_names())
+
+
 def add_eval_options(sub: argparse.ArgumentParser) -> None:
     """The evaluator options every command that judges candidates takes (read by `evaluator_config` and
     `make_evaluator`: build the evaluator with `make_evaluator(args, config)`, so that --ray is honoured)."""
@@ -211,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = commands.add_parser("tasks", help="inspect task suites")
     tasks_commands = tasks.add_subparsers(dest="tasks_command", required=True, metavar="SUBCOMMAND")
     listing = tasks_commands.add_parser("list", help="list the tasks of a suite (default: builtin)")
-    listing.add_argument("suite", nargs="?", help="suite name: builtin, kernelbench, ops6k")
+    listing.add_argument("suite", nargs="?", help=f"suite name: {suite_list()} (default builtin)")
     listing.add_argument("--level", type=int, action="append", help="only this level (repeatable)")
     listing.set_defaults(func=_cmd_tasks_list)
 
@@ -224,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="evaluate the built-in reference solutions (the main job)")
     run.add_argument("--level", type=int, action="append", help="only this level (repeatable)")
+    run.add_argument("--task", action="append", metavar="TASK_ID",
+                     help="only this built-in task, e.g. builtin/L1/softmax (repeatable)")
     run.add_argument("--out", help="where to write the JSON results (default: cuda_gym_results/run_*.json)")
     add_eval_options(run)
     run.set_defaults(func=_cmd_run)

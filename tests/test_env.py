@@ -10,10 +10,10 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 import cuda_gym
-from cuda_gym.envs import ENV_SPECS, KernelEnv, result_from_info
+from cuda_gym.envs import ENV_SPECS, CompactResultInfo, KernelEnv, result_from_info
 from cuda_gym.envs.prompt import trim_compile_log
 from cuda_gym.eval import EvalConfig
-from cuda_gym.eval.result import ErrorCode, EvalResult, TimingStats, TrialResult
+from cuda_gym.eval.result import ErrorCode, EvalResult, TimingStats, TrialResult, result_keys
 from cuda_gym.tasks import get_task, solution_path
 
 TASK_ID = "builtin/L1/gelu"
@@ -333,16 +333,30 @@ def test_final_mode_with_a_real_check(cpu_evaluator):
     assert reward == 1.0 and truncated and not terminated
 
 
-def test_sync_vector_env_stacks_mixed_infos():
+@pytest.mark.parametrize("invalid_first", [False, True])
+def test_sync_vector_env_stacks_mixed_infos_of_compacted_results(invalid_first):
     fake = FakeEvaluator([lambda t: ok_result(t)])
-    envs = SyncVectorEnv([lambda: KernelEnv(evaluator=fake, max_turns=2) for _ in range(2)])
+    envs = SyncVectorEnv([lambda: CompactResultInfo(KernelEnv(evaluator=fake, max_turns=2)) for _ in range(2)])
     envs.reset(seed=1, options={"task_id": TASK_ID})
-    obs, rewards, terminated, truncated, infos = envs.step(("class ModelNew:\n    pass\n", 7))
-    assert list(infos["verdict"]) == ["OK", "INVALID_ACTION"]
-    assert list(rewards) == [2.0, -1.0] and not terminated.any() and not truncated.any()
-    assert list(infos["result"]["_candidate_time"]) == [True, False]  # absent keys are masked
-    assert list(infos["best"]["found"]) == [True, False]
+    actions = ["class ModelNew:\n    pass\n", 7]
+    order = slice(None, None, -1) if invalid_first else slice(None)
+    obs, rewards, terminated, truncated, infos = envs.step(tuple(actions[order]))
+    assert list(infos["verdict"]) == ["OK", "INVALID_ACTION"][order]
+    assert list(rewards) == [2.0, -1.0][order] and not terminated.any() and not truncated.any()
+    assert list(infos["result"]["_candidate_time"]) == [True, False][order]  # absent keys are masked
+    assert list(infos["best"]["found"]) == [True, False][order]
     envs.close()
+
+
+def test_info_result_has_every_key_for_every_verdict():
+    env = KernelEnv(evaluator=FakeEvaluator([lambda t: ok_result(t)]), max_turns=3)
+    env.reset(options={"task_id": TASK_ID})
+    ok_info = env.step("class ModelNew:\n    pass\n")[4]
+    invalid_info = env.step("not python (")[4]
+    assert (ok_info["verdict"], invalid_info["verdict"]) == ("OK", "INVALID_ACTION")
+    assert list(ok_info["result"]) == list(invalid_info["result"]) == list(result_keys())
+    assert invalid_info["result"]["speedup_vs_compile"] is None and invalid_info["result"]["candidate_time"] is None
+    assert result_from_info(invalid_info["result"]).error_code is ErrorCode.INVALID_ACTION
 
 
 def test_async_vector_env_runs_a_step_on_cpu(cache_dir):

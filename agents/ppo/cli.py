@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def add_command(commands: argparse._SubParsersAction) -> None:
-    from cuda_gym.cli import add_eval_options
+    from cuda_gym.cli import add_eval_options, suite_list
 
     train = commands.add_parser(
         "train", help="train a local model with RFT, value pretraining and PPO (CUDA Agent's recipe)",
@@ -27,7 +27,7 @@ def add_command(commands: argparse._SubParsersAction) -> None:
                             "rft: rejection fine-tuning of the actor; value: value pretraining of the critic")
     train.add_argument("--model", help="local checkpoint folder (transformers; weights are initialised at random "
                                        "when it holds only config.json and the tokenizer). --suite menu: optional")
-    train.add_argument("--suite", help="menu (the CPU toy), builtin, kernelbench, ops6k")
+    train.add_argument("--suite", help=f"menu (the CPU toy) or a suite: {suite_list()}")
     train.add_argument("--tasks", help="comma-separated task ids (instead of --suite; menu/L1/<name> for menu tasks)")
     train.add_argument("--levels", help="with --suite: comma-separated levels")
     train.add_argument("--data-path", help="KernelBench / Ops-6K data (else $CUDA_GYM_KERNELBENCH / $CUDA_GYM_OPS6K)")

@@ -31,14 +31,26 @@ FULL_COMMANDS = ("eval", "submit")  # commands that run the full evaluation (bas
 _COMMAND_LINE = re.compile(r"^#!\s*([A-Za-z_]+)\b[ \t]*(.*)$")
 
 
-def compact_result(result: EvalResult) -> dict[str, Any]:
-    """`result.to_dict()` without its None-valued fields.
+def compact_result(result: EvalResult | dict[str, Any]) -> dict[str, Any]:
+    """`result.to_dict()` (or that dict) without its None-valued fields.
 
-    A field that is None (no timing, no speedup) is left out instead of being None, so every key
-    keeps one type across results and vector environments can stack infos (gymnasium's info masks
-    say which sub-environment has which key). `EvalResult.from_dict()` rebuilds the exact result.
+    For gymnasium's vector environments, which stack infos key by key: they cannot stack a field
+    that is a dict (a timing) in one sub-environment and None in another, but mark a key that is
+    absent in `_key` masks. `EvalResult.from_dict()` rebuilds the exact result.
     """
-    return {key: value for key, value in result.to_dict().items() if value is not None}
+    data = result.to_dict() if isinstance(result, EvalResult) else result
+    return {key: value for key, value in data.items() if value is not None}
+
+
+class CompactResultInfo(gym.Wrapper):
+    """Leaves out `info["result"]`'s None-valued fields (`compact_result`), so that gymnasium's
+    vector environments can stack the infos: wrap each sub-environment in it."""
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        if isinstance(info.get("result"), dict):
+            info = {**info, "result": compact_result(info["result"])}
+        return observation, reward, terminated, truncated, info
 
 
 def result_from_info(info_result: dict[str, Any]) -> EvalResult:
@@ -274,7 +286,7 @@ class KernelEnv(gym.Env):
         info = {
             "task_id": task.id, "level": task.level, "backend": backend, "turn": self._turn, "command": command,
             "verdict": result.error_code.value, "compiled": result.compiled, "correct": result.correct,
-            "result": compact_result(result), "best": self._best_info(),
+            "result": result.to_dict(), "best": self._best_info(),
         }
         return observation, reward, terminated, truncated, info
 

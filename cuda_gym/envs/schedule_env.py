@@ -37,7 +37,6 @@ from ..eval.reward import get_reward
 from ..tasks.degenerate import without_degenerate
 from ..tasks.suites import load_suite
 from ..tasks.task import Task
-from .kernel_env import compact_result
 
 STAGE_KINDS = ("elementwise", "gemm", "conv", "conv_direct", "conv_transpose", "pool", "reduce", "argreduce", "norm")
 FEATURES = tuple(f"count_{k}" for k in STAGE_KINDS) + (
@@ -239,7 +238,7 @@ class ScheduleEnv(gym.Env):
         self.last_step_cached = cached
         info = {"task_id": self.task.id, "action": list(judged),
                 "knobs": {k: (v if isinstance(v, (int, str)) else str(v)) for k, v in self._space.values(judged).items()},
-                "result": compact_result(result), "action_mask": self.action_masks()}
+                "result": result.to_dict(), "action_mask": self.action_masks()}
         if self.render_mode == "ansi":
             self._render = f"{self.task.id} {info['knobs']}: {result.summary()}"
         return observation, reward, terminated, False, info

@@ -41,7 +41,7 @@ from ..eval.result import ErrorCode, EvalResult, TimingStats
 from ..extension import BINDING_REGISTRY_H, REGISTRY_HEADER, ExtensionError
 from ..tasks.task import Task
 from . import prompt as prompt_text
-from .kernel_env import KernelEnv, compact_result
+from .kernel_env import KernelEnv
 
 # tool -> the KernelEnv command whose evaluation settings (and reward bookkeeping) it uses
 JUDGING_TOOLS = {"compile": "compile", "verify": "check", "profile": "eval", "submit": "submit"}
@@ -327,7 +327,7 @@ class WorkspaceEnv(KernelEnv):
             "best": self._best_info(), "workdir": str(self.workdir),
         }
         if result is not None:
-            info["result"] = compact_result(result)
+            info["result"] = result.to_dict()
             if self._judged_candidate is not None:
                 info["candidate"] = self._judged_candidate.source
         return observation, reward, terminated, truncated, info

@@ -7,10 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-RESULT_SCHEMA_VERSION = 7  # 2: eager_time_in_worker removed, TimingStats.detail added; 3: device_memory;
-# 4: reference_time_in_worker (a diagnostic); 5: candidate_worker_medians_ms (the confirmation run);
-# 6: reference_error (the fp32 reference against float64, and the tolerances widened from it);
-# 7: host_pairing replaces reference_time_in_worker
+# The JSON form's version; what each version changed is listed in docs/environment.md ("The result").
+RESULT_SCHEMA_VERSION = 8
 
 
 class ErrorCode(str, enum.Enum):
@@ -149,6 +147,8 @@ class EvalResult:
         return self.error_code is ErrorCode.OK
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, for every verdict: a value not measured is None (a timing, a speedup, an
+        error), a list or dict of things not found is empty. Keys and types: docs/environment.md."""
         data = dataclasses.asdict(self)
         data["error_code"] = self.error_code.value
         return data
@@ -158,17 +158,20 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
-        data = dict(data)
-        if data.get("schema_version") != RESULT_SCHEMA_VERSION:
-            raise ValueError(
-                f"EvalResult schema {data.get('schema_version')} is not {RESULT_SCHEMA_VERSION}; "
-                "re-run the evaluation with this version of cuda_gym"
-            )
+        """The result behind `to_dict()`'s output, also of an older schema version or with keys left
+        out (they take their defaults). Fields an older version had and this one dropped are
+        ignored; the rebuilt result says the version it was read from in `schema_version`. A
+        newer version raises `ValueError`: its fields may mean what this version cannot tell."""
+        version = data.get("schema_version")
+        if not isinstance(version, int) or version > RESULT_SCHEMA_VERSION:
+            raise ValueError(f"EvalResult schema {version!r} is newer than this cuda_gym reads "
+                             f"({RESULT_SCHEMA_VERSION}); upgrade cuda_gym to read it")
+        data = _known_fields(cls, data)
         data["error_code"] = ErrorCode(data["error_code"])
-        data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
+        data["trials"] = [TrialResult(**_known_fields(TrialResult, t)) for t in data.get("trials") or []]
         for key in ("candidate_time", "eager_time", "compile_time"):
             if data.get(key) is not None:
-                data[key] = TimingStats(**data[key])
+                data[key] = TimingStats(**_known_fields(TimingStats, data[key]))
         return cls(**data)
 
     def summary(self) -> str:
@@ -183,3 +186,13 @@ class EvalResult:
         if self.message and not self.ok:
             parts.append(self.message.splitlines()[0][:200])
         return " | ".join(parts)
+
+
+def result_keys() -> tuple[str, ...]:
+    """The keys of every `EvalResult.to_dict()`, in order."""
+    return tuple(f.name for f in dataclasses.fields(EvalResult))
+
+
+def _known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {key: value for key, value in data.items() if key in names}

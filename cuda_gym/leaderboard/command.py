@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def add_command(commands) -> None:
-    from ..cli import add_eval_options
+    from ..cli import add_eval_options, suite_list
 
     sub = commands.add_parser(
         "leaderboard", help="judge a folder of candidates or a rollout's trajectories.jsonl under a hidden seed",
@@ -17,7 +17,7 @@ def add_command(commands) -> None:
     sub.add_argument("submissions", help="a folder laid out L<level>/<task name>.py (or KernelBench's "
                                          "level<level>/<name>.py), or a trajectories.jsonl from `cuda-gym agent`")
     selection = sub.add_mutually_exclusive_group(required=True)
-    selection.add_argument("--suite", help="judge every task of this suite (builtin, kernelbench, ops6k)")
+    selection.add_argument("--suite", help=f"judge every task of this suite ({suite_list()})")
     selection.add_argument("--tasks", nargs="+", metavar="TASK_ID", help="judge these tasks only")
     sub.add_argument("--levels", type=int, nargs="+", help="with --suite: only these levels")
     sub.add_argument("--data-path", help="KernelBench / Ops-6K data (else $CUDA_GYM_KERNELBENCH / $CUDA_GYM_OPS6K)")
