@@ -20,6 +20,7 @@ from .leaderboard.metrics import geomean
 
 def _cmd_tasks_list(args: argparse.Namespace) -> int:
     from .tasks import load_suite, solution_path, suite_names
+    from .tasks.degenerate import degenerate_reason
 
     suites = [args.suite] if args.suite else ["builtin"]
     for suite in suites:
@@ -35,6 +36,8 @@ def _cmd_tasks_list(args: argparse.Namespace) -> int:
         for task in tasks:
             solved = [b for b in ("cuda", "cpu") if suite == "builtin" and solution_path(task, b)]
             marks = f" [solutions: {', '.join(solved)}]" if solved else ""
+            if degenerate_reason(task.id):
+                marks += " [degenerate: left out of the environments and leaderboard by default]"
             lines = textwrap.wrap(task.description + marks, text_width, break_on_hyphens=False,
                                   break_long_words=False) or [""]
             print(f"  {task.id:<{id_width}} {lines[0]}")

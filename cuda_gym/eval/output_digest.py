@@ -201,7 +201,7 @@ def _record_mismatch(out: np.ndarray, ref: np.ndarray, label: str, config: EvalC
             return f"{label}: integer elements differ from the reference's"
         return ""
     if numel <= SAMPLES:  # the samples are the whole output: the trials' exact comparison
-        stats = output_stats(torch.from_numpy(out_samples), torch.from_numpy(ref_samples), config, floor)
+        stats = output_stats(torch.from_numpy(out_samples.copy()), torch.from_numpy(ref_samples.copy()), config, floor)
         return judge_stats(stats, label, numel, config, floor)
     tolerance = config.rel_norm_tolerance if floor is None else max(config.rel_norm_tolerance, floor.rel_norm)
     ref_norm = math.sqrt(ref_l2sq)
