@@ -3,7 +3,9 @@
 #   1. the CUDA hostile candidates named by HOSTILE (pytest -k expression) through tests/test_hostile.py;
 #   2. the global switches switches.py finds on this build (switches_cuda.json), and whether any
 #      moves over a workload of convolutions, matmuls, attention and a torch.compile'd model;
-#   3. benchmarks/timed_check_margin.py over KernelBench (LEVELS) until BUDGET_S seconds of the call.
+#   3. with RUN_BUILTIN=1, `cuda-gym run` on the built-in suite (every reference solution, cold caches);
+#   4. benchmarks/timed_check_margin.py over KernelBench (LEVELS) until BUDGET_S seconds of the call,
+#      resumed from PREV_MARGIN (an earlier call's margin.json) when given.
 # Results under $OUT. From the repo root, with KernelBench at .kb/KernelBench and wheels in .whl/.
 set -u
 START=$(date +%s)
@@ -30,6 +32,12 @@ torch.cuda.synchronize()
 print(json.dumps({"switches": s.names(), "changed_by_workload": s.changed()}, indent=1))
 PY
 echo "switches rc=$? at $(elapsed) s"; python3 -c "import json;d=json.load(open('$OUT/switches_cuda.json'));print(len(d['switches']),'switches; changed by workload:',d['changed_by_workload'])"
+if [ "${RUN_BUILTIN:-0}" = 1 ]; then
+  CUDA_GYM_CACHE=/tmp/cg_run_cold timeout "${RUN_S:-240}" python3 -m cuda_gym.cli run --backend cuda \
+    --out "$OUT/run_cuda.json" > "$OUT/run_cuda.log" 2>&1
+  echo "cuda-gym run rc=$? at $(elapsed) s"; grep -v "it/s\]\|s/it\]" "$OUT/run_cuda.log" | tail -25
+fi
+[ -n "${PREV_MARGIN:-}" ] && cp "$PREV_MARGIN" "$OUT/margin.json"
 LEFT_S=$(( ${BUDGET_S:-540} - $(elapsed) ))
 if [ "$LEFT_S" -ge 60 ]; then
   timeout $(( ${HARD_S:-585} - $(elapsed) )) python3 benchmarks/timed_check_margin.py --suite kernelbench --backend cuda \

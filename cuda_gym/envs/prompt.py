@@ -177,7 +177,8 @@ def _rules(backend: str, config: EvalConfig) -> str:
 {precision}
 - Correctness is checked on {config.correctness_trials} input draws (the task's own inputs, then shuffled,
   negated, scaled and centered versions), so the kernel must be right for any values, not just one
-  input. Outputs of timed calls are checksummed: caching results or skipping work fails."""
+  input. Every timed call's output is checked at the same tolerances: caching results, skipping work
+  or computing differently when timed fails."""
 
 
 def _speed_text(config: EvalConfig) -> str:

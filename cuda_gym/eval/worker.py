@@ -8,7 +8,7 @@ whole process group. Jobs:
 - build: execute the candidate module with CUDA hidden, which compiles its native code into the
   build cache; the eval job then finds it built.
 - eval: reference outputs first (sent out before any candidate code runs), then the candidate's
-  correctness trials under the op recorder, then timing with checksums of every timed output.
+  correctness trials under the op recorder, then timing with a digest of every timed output.
 - baseline: time the reference eagerly and under `torch.compile`.
 
 Every message leaves through `protocol.encode`; the evaluator judges; this process only reports.
@@ -19,7 +19,6 @@ import contextlib
 import copy
 import importlib
 import json
-import math
 import os
 import random
 import re
