@@ -121,13 +121,6 @@ class BaselineCache:
                 self._save()
             return merged
 
-    def annotate(self, key: str, name: str, value: Any) -> None:
-        """Keep a fact about the task (say, why it is degenerate) in its existing entry."""
-        with self._lock:
-            if key in self._entries:
-                self._entries[key][name] = value
-                self._save()
-
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")

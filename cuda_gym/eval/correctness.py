@@ -83,11 +83,24 @@ def reshuffle(base_inputs: Sequence[Any], seed: int, device: str) -> Draw:
     return Draw("shuffled", [_shuffle(v, generator) for v in base_inputs])
 
 
+_tuple_iter, _list_iter = tuple.__iter__, list.__iter__
+
+
+def _plain_container(output: Any) -> bool:
+    """A tuple or list whose iteration is the builtin's: exactly tuple or list, or one of torch's own
+    named tuples (`torch.return_types.max`, ...). A subclass's `__iter__` is the candidate's code
+    and could do the work when the judge reads the outputs, after the clock stopped."""
+    kind = type(output)
+    return kind in (tuple, list) or (issubclass(kind, tuple) and kind.__module__ == "torch.return_types")
+
+
 def flatten_outputs(output: Any) -> list[Any]:
-    """A forward may return a tensor, a tuple/list of tensors, or a number."""
-    if isinstance(output, (tuple, list)):
-        return [o for item in output for o in flatten_outputs(item)]
-    return [output]
+    """A forward may return a tensor, a tuple/list of tensors, or a number. Any other container is
+    returned as one output, which the checks then reject as not a tensor."""
+    if not _plain_container(output):
+        return [output]
+    items = _tuple_iter(output) if isinstance(output, tuple) else _list_iter(output)
+    return [o for item in items for o in flatten_outputs(item)]
 
 
 ELEMENTWISE_ATOL_SCALE = 1e-4  # absolute tolerance, relative to the reference's RMS

@@ -320,10 +320,10 @@ class Evaluator:
                 result.flags.append(f"baseline_{name}_failed")
                 result.runtime_log += f"[{name} baseline] {error}\n"
         before_judging = copy.deepcopy(result) if config.confirm_faster else None
+        # Whether the task is degenerate, as its baseline workers decided (None: an entry from before
+        # they did, or no baselines: the judgement decides from the reference message).
         known = entry.get("degenerate") if config.baselines else None
-        found = self._judge(task, candidate, backend, config, env, result, degenerate=known)
-        if config.baselines and known is None and found is not None:  # once per task, kept with its baselines
-            self._baselines.annotate(self._baseline_key(task, backend, config), "degenerate", found)
+        self._judge(task, candidate, backend, config, env, result, degenerate=known)
         if result.correct and result.candidate_time:
             self._set_speedups(result, config)
             if (before_judging is not None and claims_milestone(result)
@@ -565,7 +565,8 @@ class Evaluator:
                 errors = {name: f"the worker failed in the profiled forward: {failure[:300]}"
                           for name in config.baselines} | errors
             return {**outcome["baseline"], "profiles": profiles.get("profiles") or {}, "profile_errors": errors,
-                    "wall_s": outcome["wall_s"], "reference_error": outcome.get("baseline_reference_error")}, "", ""
+                    "wall_s": outcome["wall_s"], "reference_error": outcome.get("baseline_reference_error"),
+                    "degenerate": (outcome.get("baseline_degenerate") or {}).get("reason")}, "", ""
 
         def compute() -> dict[str, Any]:
             # Each baseline is timed in `baseline_workers` fresh workers and the median worker's
@@ -601,6 +602,8 @@ class Evaluator:
                     if failed_how == "timeout" and not any(samples.values()):
                         break  # a reference that hangs costs one timeout, not one per worker
                     continue
+                if isinstance(measured.get("degenerate"), str):  # decided once per task (_Judgement.degenerate)
+                    entry.setdefault("degenerate", measured["degenerate"][:500])
                 reference_error = complete_reference_error(measured.get("reference_error"), config.correctness_trials)
                 if reference_error is not None:  # given to this task's later jobs, and kept with the times
                     self._reference_errors.setdefault(error_key, reference_error)
@@ -663,10 +666,9 @@ class Evaluator:
 
     # -------------------------------------------------------------------------------------- judge
     def _judge(self, task: Task, candidate: Candidate, backend: str, config: EvalConfig, env: dict[str, str],
-               result: EvalResult, degenerate: str | None = None) -> str | None:
-        """Judge `candidate` in a fresh eval worker into `result`. `degenerate`: the task's degenerate
-        reason where already known. Returns it as this judgement found or was given it (None where
-        the worker never sent the reference)."""
+               result: EvalResult, degenerate: str | None = None) -> None:
+        """Judge `candidate` in a fresh eval worker into `result`. `degenerate`: why the task cannot
+        tell a kernel from a constant ('' where it can), where its baseline workers decided it."""
         key = secrets.token_bytes(32)  # authenticates the worker's messages (see sandbox.sign)
         judge = _Judgement(config, result, key, degenerate)
         with self._device_slot:
@@ -698,7 +700,6 @@ class Evaluator:
             result.eval_seconds = round(time.monotonic() - judge.started, 4)
         result.runtime_log = (result.runtime_log + log)[-config.max_log_chars:]
         judge.finish()
-        return judge.degenerate
 
 
 def complete_reference_error(report: Any, trials: int) -> dict[str, Any] | None:

@@ -99,12 +99,12 @@ class DigestMaker:
     def _record(self, value: Any, input_index: int, output_index: int) -> np.ndarray:
         import torch
 
-        if not isinstance(value, torch.Tensor):  # a Python number (flatten_outputs passes them through)
+        if type(value) in (bool, int, float):  # a Python number (flatten_outputs passes them through)
             number = float(value)
             return np.array([_dtype_code("float64"), 1.0, number, abs(number), number * number,
                              *([0.0] * SKETCH_BUCKETS), number])
-        if type(value) not in (torch.Tensor, torch.nn.Parameter):
-            return np.array([NOT_A_PLAIN_TENSOR, float(value.numel()), math.nan, math.nan, math.nan])
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):  # a subclass or any other object: never read
+            return np.array([NOT_A_PLAIN_TENSOR, 0.0, math.nan, math.nan, math.nan])
         flat = value.detach().reshape(-1)
         numel = flat.numel()
         generator = self._generator(flat.device, input_index, output_index)

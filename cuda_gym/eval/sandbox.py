@@ -390,3 +390,28 @@ def verify(key: bytes, seq: int, kind: str, meta: dict, arrays: Sequence[Any]) -
     valid = hmac.compare_digest(mac, _digest(key, seq, kind, meta, arrays))
     meta.pop("_seq", None)
     return valid
+
+
+_M_PERTURB = -6  # glibc's mallopt parameter: fill every block malloc hands out or takes back
+
+
+def _libc_mallopt():
+    try:
+        return ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc: no M_PERTURB
+        return None
+
+
+# Taken at import, before any candidate code: rebinding it later is a change the tamper check reports.
+_mallopt = _libc_mallopt()
+_PERTURB_AT_START = int(os.environ.get("MALLOC_PERTURB_", "0") or 0)  # glibc reads it at start-up
+
+
+def reset_malloc_perturb() -> None:
+    """Set glibc's M_PERTURB back to what the worker started with (MALLOC_PERTURB_, else off).
+    Called before every paired call: a candidate that turned it on between its own calls made every
+    allocation of the paired reference fill its memory (1.5x on the CPU softmax). glibc has no
+    getter for its malloc settings, so this one is reset rather than watched; the others are an
+    honest limit (docs/evaluation-policy.md)."""
+    if _mallopt is not None:
+        _mallopt(_M_PERTURB, _PERTURB_AT_START)

@@ -16,10 +16,12 @@ The switches are found, not listed by hand, so that a flag a later torch adds is
   hold such as `cudnn.conv` or `cuda.matmul`, module globals such as `mha._is_fastpath_enabled`),
   and `fp32_precision`, which the holders answer through `__getattr__`;
 - torch's and torch.cuda's zero-argument `get_*`, `is_*` and `are_*` functions, and on CUDA the
-  allocator's settings and whether memory history is recorded.
+  allocator's settings and whether memory history is recorded;
+- the process's scheduling state: its threads' CPU sets and its priority.
 
-Kept: values that are plain (None, bool, int, float, str, an enum, a tuple or list of these), that
-read the same twice, and the same inside `torch.no_grad()` (the judge's own context for every call:
+Kept: values that are plain (None, bool, int, float, str, an enum, a tuple or list of these), read
+without a warning (a deprecated getter's replacement is read instead), the same twice, and the same
+inside `torch.no_grad()` (the judge's own context for every call:
 what differs there is the judge's state, not a switch). Left out by name: getters that report
 counters or static facts rather than settings (`NOT_SWITCHES`).
 """
@@ -27,8 +29,10 @@ from __future__ import annotations
 
 import enum
 import importlib
+import os
 import pkgutil
 import types
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -114,6 +118,7 @@ def _attribute_reader(holder: Any, key: str) -> Callable[[], Any]:
 
 def _candidates(device: str) -> dict[str, Callable[[], Any]]:
     readers = _getter_functions(torch._C, ("_get_", "_is_", "_are_"), "torch._C")
+    readers.update(_process_readers())
     readers.update(_getter_functions(torch, ("get_", "is_", "are_"), "torch"))
     if device == "cuda":
         readers.update(_getter_functions(torch.cuda, ("get_", "is_"), "torch.cuda"))
@@ -138,6 +143,29 @@ def _candidates(device: str) -> dict[str, Callable[[], Any]]:
     return readers
 
 
+def _thread_affinities() -> tuple[str, ...]:
+    """The distinct CPU sets this process's threads may run on (a thread torch starts later inherits
+    one of them)."""
+    masks = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/status", encoding="ascii") as handle:
+                masks.update(line.split(":", 1)[1].strip() for line in handle if line.startswith("Cpus_allowed_list"))
+        except OSError:  # the thread ended
+            continue
+    return tuple(sorted(masks))
+
+
+def _process_readers() -> dict[str, Callable[[], Any]]:
+    """The process's own scheduling state outside torch (no getter family finds it): the threads'
+    CPU sets and the process's priority. A candidate that pins the process to one core or lowers
+    its priority between its calls would slow the paired reference's."""
+    readers: dict[str, Callable[[], Any]] = {"process.priority": lambda: os.getpriority(os.PRIO_PROCESS, 0)}
+    if os.path.isdir("/proc/self/task"):
+        readers["process.thread_cpu_sets"] = _thread_affinities
+    return readers
+
+
 def _read(reader: Callable[[], Any]) -> Any:
     try:
         return reader()
@@ -152,7 +180,11 @@ def find_switches(device: str) -> dict[str, Callable[[], Any]]:
     """The readers of every switch of this process (the module docstring's rules), by name."""
     switches = {}
     for name, reader in _candidates(device).items():
-        first = _read(reader)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            first = _read(reader)
+        if caught:  # a deprecated getter (its replacement is read too): it would warn on every check
+            continue
         if first is _UNREADABLE or not _plain(first) or _read(reader) != first:
             continue
         with torch.no_grad():

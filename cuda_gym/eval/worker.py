@@ -41,8 +41,8 @@ import torch.utils.cpp_extension  # noqa: F401
 from ..tasks.task import load_task_namespace
 from . import fastbuild, guard, memory, output_digest, protocol, sandbox
 from .config import EvalConfig, device_time
-from .correctness import (Draw, ToleranceFloor, draw_label, flatten_outputs, make_draw, output_stats, reshuffle,
-                          tolerance_floor)
+from .correctness import (Draw, ToleranceFloor, degenerate_reason, draw_label, flatten_outputs, make_draw,
+                          output_stats, reshuffle, tolerance_floor)
 from .timing import MAX_EXTRA_WARMUPS, PAIRS, ReferenceCallFailed, Timer, handles, prepare_hold, time_pairs
 
 _perf_counter = time.perf_counter
@@ -78,7 +78,7 @@ def _as_tensor(value: Any) -> torch.Tensor:
             raise TypeError(f"forward returned a tensor subclass ({type(value).__name__}); outputs must be "
                             "plain torch.Tensor objects")
         return value.detach()
-    if isinstance(value, (bool, int, float)):
+    if type(value) in (bool, int, float):  # exactly: a subclass's __float__ would be the candidate's code
         return torch.tensor(value)
     raise TypeError(f"forward returned a {type(value).__name__}; outputs must be tensors or numbers")
 
@@ -162,6 +162,10 @@ def _warm_up_kernels(device: str) -> None:
     torch.isfinite(x).all()
     torch.nn.functional.conv2d(x.view(1, 1, 64, 64), torch.ones(1, 1, 3, 3, device=device))
     torch.empty(1024, device=device).zero_()
+    # Its first call settles lazy global state (on Hopper it moves cuDNN attention to the front of the
+    # SDP priority order), which the switch watch would otherwise charge to a candidate calling it.
+    query = torch.randn(1, 1, 8, 8, device=device)
+    torch.nn.functional.scaled_dot_product_attention(query, query, query)
     _sync(device)
 
 
@@ -717,7 +721,12 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
     # The float64 measurement, where no earlier job made it, comes after the timings and is given
     # to every later job of the task: no timed worker, baseline or eval, runs it before its timing.
     measure_after = setup.known_reference_error is None
-    setup.prepare_trials(lambda index, outputs: None, measure_error=not measure_after)
+    samples: list[list[np.ndarray]] = []  # what an eval worker sends of each trial's reference outputs
+
+    def describe(index: int, outputs: list[torch.Tensor]) -> None:
+        samples.append(_describe(outputs, _sample_seed(job, index))[0])
+
+    setup.prepare_trials(describe, measure_error=not measure_after)
     setup.prepare_timing_sets()
     digest = output_digest.DigestMaker(secrets.randbits(62))
     variants, _ = _reference_digests(setup, config, digest)
@@ -775,6 +784,11 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
         model = compiled = timed = variants = None  # noqa: F841 - freed: the twin gets the room its plan gave it
         setup.measure_reference_error_after()
         channel.send("baseline_reference_error", setup.reference_error_meta())
+    # Whether the task can tell a kernel from a constant, decided here once per task (no candidate
+    # code has run in this process) from the same draws and tolerances an eval worker's judge sees.
+    widest = max([setup.stats_config.rel_norm_tolerance] + [floor.rel_norm for index in range(setup.trial_count)
+                                                            for floor in setup.tolerance_floors(index) if floor])
+    channel.send("baseline_degenerate", {"reason": degenerate_reason(samples, widest)})
 
 
 def _run_prewarm(channel: _Channel, job: dict, device: str) -> None:
@@ -1121,6 +1135,7 @@ class _PairedReference:
 
         def after_call() -> None:
             memory.scrub_freed(self.device, keep_cache=True)
+            sandbox.reset_malloc_perturb()
             switched = switches_changed()
             if switched:
                 raise _PairingTampered("global switches: " + ", ".join(switched))
