@@ -45,6 +45,7 @@ def measure(task, backend: str, secrets: int) -> dict:
            "config": {"correctness_trials": config.correctness_trials, "timing_input_sets": config.timing_input_sets,
                       "precision": config.precision, "device_memory_gb": config.device_memory_gb}}
     device = "cuda" if backend == "cuda" else "cpu"
+    worker._set_precision(config.precision)  # as every worker does (TF32 off under fp32)
     setup = worker._TaskSetup(job, device)
     samples = []
 
@@ -83,7 +84,7 @@ def measure(task, backend: str, secrets: int) -> dict:
             digest_failures += bool(failure) and not whole
             base = output_digest.HEADER
             sketch = got[base:base + output_digest.SKETCH_BUCKETS] - want[base:base + output_digest.SKETCH_BUCKETS]
-            true_sq = float(stats["norm"] * np.sqrt(want[4])) ** 2
+            true_sq = float(stats["norm"] * np.sqrt(want[output_digest.HEADER - 1])) ** 2
             if true_sq > 0:
                 ratios.append(float(np.sqrt(np.sum(sketch ** 2) / true_sq)))
         outputs.append({"position": position, "numel": ref.numel(), "rel_norm": stats["norm"], "bad": stats["bad"],

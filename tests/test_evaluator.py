@@ -639,7 +639,8 @@ def test_an_evaluator_error_after_a_correct_judgement_is_not_rewarded(monkeypatc
 def test_no_claim_no_second_worker(cpu_evaluator, monkeypatch):
     judged = []
     original = Evaluator._judge
-    monkeypatch.setattr(Evaluator, "_judge", lambda self, *args: judged.append(1) or original(self, *args))
+    monkeypatch.setattr(Evaluator, "_judge",
+                        lambda self, *args, **kwargs: judged.append(1) or original(self, *args, **kwargs))
     monkeypatch.setattr(evaluator_module, "claims_milestone", lambda result: False)
     task = get_task(GELU_TASK)
     config = cpu_evaluator.config.replace(confirm_faster=True)
