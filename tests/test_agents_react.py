@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.llm import BackendError, ChatReply, SamplingConfig, ScriptedChat
-from agents.react import START_MESSAGE, WORKFLOW_GUIDE, ReactConfig, ReactPolicy, action_for, parse_reply
+from cuda_gym_agents.llm import BackendError, ChatReply, SamplingConfig, ScriptedChat
+from cuda_gym_agents.react import START_MESSAGE, WORKFLOW_GUIDE, ReactConfig, ReactPolicy, action_for, parse_reply
 from cuda_gym.envs import KernelEnv
 from cuda_gym.tasks import get_task
 

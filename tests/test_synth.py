@@ -287,7 +287,7 @@ def test_synth_task_runs_in_the_evaluator(tmp_path, cpu_evaluator):
 
 # ------------------------------------------------------------------------------------ LLM composer
 def test_llm_composer_builds_the_model_plan_and_retries_once():
-    llm = pytest.importorskip("agents.llm")
+    llm = pytest.importorskip("cuda_gym_agents.llm")
     from cuda_gym.synth.llm import LLMComposer
 
     chat = llm.ScriptedChat([

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agents import template_cli
-from agents.template_agent import (CPU_KNOBS, CUDA_KNOBS, KnobSpace, TemplateAgent, Unsupported, broadcast_terms,
-                                   expr_to_c, plan_task, render_candidate, render_kernels, template_dir)
+from cuda_gym_agents import template_cli
+from cuda_gym_agents.template_agent import (CPU_KNOBS, CUDA_KNOBS, KnobSpace, TemplateAgent, Unsupported, broadcast_terms,
+                                            expr_to_c, plan_task, render_candidate, render_kernels, template_dir)
 from cuda_gym.tasks import get_task, load_suite
 
 KERNELBENCH = os.environ.get("CUDA_GYM_KERNELBENCH") or "/work/shared/data/kernelbench"
@@ -218,7 +218,7 @@ def test_solve_command_rejects_a_model_trained_on_another_knob_space(tmp_path, c
     assert "acts on 3 knobs" in err and "train a new one" in err
 
     # a model on the backend's own knob space proposes valid actions
-    from agents.template_agent import sb3_policy
+    from cuda_gym_agents.template_agent import sb3_policy
     from cuda_gym.envs.schedule_env import FEATURES
 
     space = KnobSpace.for_plan(plan_task(get_task("builtin/L1/gelu"), "cpu"))
