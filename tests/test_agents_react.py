@@ -47,6 +47,7 @@ def test_parse_reply_finds_command_candidate_and_text():
 
 # -------------------------------------------------------------------------------- episodes
 
+@pytest.mark.slow
 def test_scripted_episode_compile_error_fix_check_submit(cpu_evaluator):
     chat = ScriptedChat([
         fenced("compile", BROKEN, "First attempt: one elementwise loop."),

@@ -142,6 +142,7 @@ CPU_CORRECTNESS = ["builtin/L1/argmax_dim", "builtin/L1/conv_transpose2d", "buil
                    "builtin/L2/residual_layer_norm"]  # the last two: a pointwise prologue in a reduction, a norm
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task_id", CPU_CORRECTNESS)
 def test_rendered_candidates_are_correct_on_cpu(cpu_evaluator, task_id):
     task = get_task(task_id)
@@ -270,6 +271,7 @@ class _RecordingEvaluator:
         return self.evaluator.evaluate(task, source, **kwargs)
 
 
+@pytest.mark.slow
 def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator):
     from benchmarks.template_agent import run_sweep
     from cuda_gym.leaderboard.metrics import geomean
@@ -810,6 +812,7 @@ int main() {
 '''
 
 
+@pytest.mark.slow
 def test_cuda_row_kernels_emulated_on_cpu(tmp_path):
     import shutil
     import subprocess
