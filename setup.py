@@ -2,7 +2,7 @@
 from setuptools import find_packages, setup
 
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout>=2", "pyarrow>=12", "openai>=1.30", "matplotlib>=3.5",
+    "test": ["pytest>=7", "pytest-timeout>=2", "import-linter>=2.1", "pyarrow>=12", "openai>=1.30", "matplotlib>=3.5",
              "stable-baselines3>=2.3", "sb3-contrib>=2.3", "trl>=1.16", "transformers>=5.2", "peft>=0.10", "ray>=2.40"],
     "data": ["pyarrow>=12"],
     "agents": ["openai>=1.30", "transformers>=4.56"],  # agents/llm (4.56: from_pretrained(dtype=))
@@ -22,9 +22,12 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    # csrc/ (native sources: the template library) is installed as the package data cuda_gym/csrc.
-    packages=find_packages(include=["cuda_gym", "cuda_gym.*", "agents", "agents.*"]) + ["cuda_gym.csrc"],
-    package_dir={"cuda_gym.csrc": "csrc"},
+    # csrc/ (native sources: the template library) is installed as the package data cuda_gym/csrc, and
+    # the folder agents/ as the package cuda_gym_agents: a top-level `agents` would collide with
+    # openai-agents' package of that name.
+    packages=(find_packages(include=["cuda_gym", "cuda_gym.*"]) + ["cuda_gym.csrc"]
+              + ["cuda_gym_agents"] + [f"cuda_gym_agents.{name}" for name in find_packages("agents")]),
+    package_dir={"cuda_gym.csrc": "csrc", "cuda_gym_agents": "agents"},
     package_data={"cuda_gym.tasks": ["builtin/level*/*.py", "builtin/solutions/*/*/*.py"],
                   "cuda_gym.csrc": ["*.md", "templates/*.h", "templates/*.cuh", "templates/*.hpp"]},
     include_package_data=True,
@@ -37,5 +40,16 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["cuda-gym=cuda_gym.cli:main"]},
+    entry_points={
+        "console_scripts": ["cuda-gym=cuda_gym.cli:main"],
+        # `cuda-gym` subcommands that live outside the package cuda_gym: each names a module with
+        # `add_command(commands)`; the CLI finds them here, so cuda_gym never imports their package.
+        "cuda_gym.commands": [
+            "agent=cuda_gym_agents.cli",
+            "solve=cuda_gym_agents.template_cli",
+            "train=cuda_gym_agents.ppo.cli",
+        ],
+        # Chat backends for cuda_gym's own model calls (`cuda_gym.chat.open_chat_backend`).
+        "cuda_gym.chat_backends": ["openai=cuda_gym_agents.llm.openai_chat:chat_backend"],
+    },
 )

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .llm.base import BackendError, ChatBackend, Message, parse_tool_calls
-from .trajectory import Trajectory, Turn
+from cuda_gym.trajectory import Trajectory, Turn
 
 WORKFLOW_GUIDE = """\
 ## How to work
@@ -324,7 +324,7 @@ class ToolReactPolicy(ReactPolicy):
     The model sees the environment's reset text plus `TOOL_GUIDE` as the system prompt,
     `TOOL_START_MESSAGE`, and is offered `env.unwrapped.tool_schemas` on every call. Each reply is
     one turn: its first tool call (the backend's `tool_calls`, else `<tool_call>` blocks or a JSON
-    object in its text, `agents.llm.parse_tool_calls`) is stepped as the action, and the result comes
+    object in its text, `cuda_gym_agents.llm.parse_tool_calls`) is stepped as the action, and the result comes
     back as a `tool` message (further calls of the reply get a "not run" result). A reply without
     a call is stepped as text, so the environment says what is wrong with it, and its result
     comes back as a user message. Context: when the conversation does not fit, the oldest turns'

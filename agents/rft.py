@@ -10,7 +10,7 @@ trajectories and multi-turn PPO (arXiv 2602.24286, §3.3).
   the policy frozen, which initialises the critic (without it, the paper's explained variance stays
   between -8 and -0.5).
 
-Both read `Trajectory` records (`agents.trajectory.read_trajectories("trajectories.jsonl")`) and
+Both read `Trajectory` records (`cuda_gym.trajectory.read_trajectories("trajectories.jsonl")`) and
 train on the recorded token ids, never re-tokenising text.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tqdm import tqdm
 from .ppo.batch import collate, trajectory_gae, turn_samples
 from .ppo.losses import explained_variance, token_mean
 from .ppo.model import autocast, policy_outputs
-from .trajectory import Trajectory
+from cuda_gym.trajectory import Trajectory
 
 FORMAT_ERROR_CODES = ("INVALID_ACTION",)
 

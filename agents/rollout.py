@@ -35,7 +35,7 @@ from cuda_gym.leaderboard.metrics import geomean
 
 from .llm.base import ChatBackend
 from .react import ReactConfig, ReactPolicy, ToolReactPolicy
-from .trajectory import BestCandidate, Trajectory, append_trajectory, best_rank
+from cuda_gym.trajectory import BestCandidate, Trajectory, append_trajectory, best_rank
 
 ENVIRONMENTS = ("text", "workspace")
 TRAJECTORIES_FILE = "trajectories.jsonl"
@@ -50,7 +50,7 @@ class RolloutConfig:
     seed: episode e resets its environment with `reset(seed=seed + e)` (Gymnasium seeding; KernelEnv
     uses its RNG only to draw a task, and rollout names the task, so it changes nothing there).
     env: "text" (KernelEnv, the ReAct policy answering with `#!` commands and code blocks) or
-    "workspace" (WorkspaceEnv, CUDA Agent's workspace: `agents.react.ToolReactPolicy` through
+    "workspace" (WorkspaceEnv, CUDA Agent's workspace: `cuda_gym_agents.react.ToolReactPolicy` through
     function calling; choose its turns and reward mode here, e.g. max_turns=40, reward_mode="final",
     the registered workspace IDs' defaults)."""
 

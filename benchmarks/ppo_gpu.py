@@ -1,6 +1,6 @@
 """Multi-turn PPO at scale on one GPU: a randomly initialised ~110M-parameter Llama (nothing exists to
-download) plays the ReAct policy on built-in tasks through agents.rollout, and PPO trains on the
-recorded token ids and logprobs (`cuda-gym train`'s LLM path: agents.ppo.pipeline.run_stages).
+download) plays the ReAct policy on built-in tasks through cuda_gym_agents.rollout, and PPO trains on the
+recorded token ids and logprobs (`cuda-gym train`'s LLM path: cuda_gym_agents.ppo.pipeline.run_stages).
 
 Measures per update: rollout tokens/s (reply tokens / wall time of the rollout, which includes the
 environment's steps; `generation_seconds` sums the per-turn backend calls, which overlap the wait
@@ -78,13 +78,13 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=192)
     args = parser.parse_args()
 
-    from agents.llm import SamplingConfig, TransformersChat
-    from agents.ppo.cli import rollout_collector
-    from agents.ppo.config import PPOConfig
-    from agents.ppo.pipeline import run_stages
-    from agents.ppo.trainer import json_safe
-    from agents.react import WORKFLOW_GUIDE, ReactConfig
-    from agents.rollout import RolloutConfig
+    from cuda_gym_agents.llm import SamplingConfig, TransformersChat
+    from cuda_gym_agents.ppo.cli import rollout_collector
+    from cuda_gym_agents.ppo.config import PPOConfig
+    from cuda_gym_agents.ppo.pipeline import run_stages
+    from cuda_gym_agents.ppo.trainer import json_safe
+    from cuda_gym_agents.react import WORKFLOW_GUIDE, ReactConfig
+    from cuda_gym_agents.rollout import RolloutConfig
     from cuda_gym.envs import KernelEnv
     from cuda_gym.eval import Evaluator
     from cuda_gym.tasks import load_suite, solution_path

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from agents.ppo import menu
-from agents.ppo.pipeline import run_stages
-from agents.ppo.trainer import json_safe
+from cuda_gym_agents.ppo import menu
+from cuda_gym_agents.ppo.pipeline import run_stages
+from cuda_gym_agents.ppo.trainer import json_safe
 
 CONDITIONS = {"ppo": ("ppo",), "rft+value+ppo": ("rft", "value", "ppo")}
 CURVE_KEYS = ("mean_reward", "pass_rate", "entropy", "explained_variance", "clip_frac", "approx_kl", "value_loss")
@@ -135,7 +135,7 @@ def run(out_dir: str | Path, *, updates: int = 30, seeds: tuple[int, ...] = (0, 
     stem = f"ppo_learning_{backend}_{dt.date.today().isoformat()}"
     (out_dir / f"{stem}.json").write_text(json.dumps(json_safe(result), indent=1))
     try:
-        from agents.ppo.plot import plot_curves
+        from cuda_gym_agents.ppo.plot import plot_curves
 
         plot_curves({f"{name} (mean of {len(seeds)} seeds)": mean_curves([r["history"] for r in rs])
                      for name, rs in runs.items()}, out_dir / f"{stem}.png",

@@ -36,7 +36,7 @@ def main() -> int:
                         help="the evaluator's default timing (slower); default: the test suite's short timing")
     args = parser.parse_args()
 
-    from agents.schedule_ppo import SchedulePPOConfig, compare_curves, random_search, train, write_curves
+    from cuda_gym_agents.schedule_ppo import SchedulePPOConfig, compare_curves, random_search, train, write_curves
     from cuda_gym.envs.schedule_env import ScheduleEnv
     from cuda_gym.eval import EvalConfig, Evaluator
 

@@ -124,7 +124,7 @@ def summarize(rows: dict[str, dict]) -> dict[str, dict]:
 
 def plan_all(tasks, backend: str) -> tuple[dict[str, dict], dict[str, Any]]:
     """(rows, plans): a row per task with its plan's stage kinds or why it is not covered."""
-    from agents.template_agent import Unsupported, plan_task
+    from cuda_gym_agents.template_agent import Unsupported, plan_task
 
     rows: dict[str, dict] = {}
     plans: dict[str, Any] = {}
@@ -206,7 +206,7 @@ def run_sweep(evaluator, tasks, *, backend: str, time_budget_s: float, phase_a_s
     judged now (same knobs and the same candidate text, by sha256) is kept, not judged again."""
     from tqdm import tqdm
 
-    from agents.template_agent import KnobSpace, render_candidate
+    from cuda_gym_agents.template_agent import KnobSpace, render_candidate
     from cuda_gym.eval import EvalConfig
 
     started = time.monotonic()

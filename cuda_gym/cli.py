@@ -15,7 +15,7 @@ from concurrent.futures import as_completed
 from pathlib import Path
 
 from . import __version__
-from .leaderboard.metrics import geomean
+from .speedup import geomean
 
 
 def _cmd_tasks_list(args: argparse.Namespace) -> int:
@@ -246,11 +246,31 @@ def add_eval_options(sub: argparse.ArgumentParser) -> None:
 # Imported when the parser is built, so keep those modules' top-level imports light.
 COMMAND_MODULES: tuple[str, ...] = (
     "cuda_gym.leaderboard.command",
-    "agents.cli",
     "cuda_gym.synth.cli",
-    "agents.template_cli",
-    "agents.ppo.cli",
 )
+
+# Commands of other installed packages (the agents package: `agent`, `solve`, `train`) are entry points
+# of this group, each naming a module with the same `add_command`; cuda_gym never imports them itself.
+COMMAND_ENTRY_POINT_GROUP = "cuda_gym.commands"
+AGENT_SIDE_COMMANDS = ("agent", "solve", "train")
+
+
+def command_entry_points() -> list:
+    """The installed `cuda_gym.commands` entry points, one per command name (the first found wins)."""
+    from importlib.metadata import entry_points
+
+    by_name: dict = {}
+    for entry_point in entry_points(group=COMMAND_ENTRY_POINT_GROUP):
+        by_name.setdefault(entry_point.name, entry_point)
+    return [by_name[name] for name in sorted(by_name)]
+
+
+def _missing_command_message(command: str) -> str:
+    return (f"cuda-gym: the command {command!r} is not installed. The agents-side commands "
+            f"({', '.join(AGENT_SIDE_COMMANDS)}) come from "
+            f"the package cuda_gym_agents through the {COMMAND_ENTRY_POINT_GROUP!r} entry points, and none by that name is "
+            "registered: install cuda_gym with pip (`pip install -e .` in a checkout) rather than running it "
+            "from the source tree.")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -286,11 +306,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).add_command(commands)
+    for entry_point in command_entry_points():
+        entry_point.load().add_command(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    if argv and argv[0] in AGENT_SIDE_COMMANDS and argv[0] not in commands.choices:
+        print(_missing_command_message(argv[0]), file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     return args.func(args)
 
 

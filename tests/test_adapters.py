@@ -13,9 +13,9 @@ import os
 import pytest
 import torch
 
-from agents.adapters import verl as verl_adapter
-from agents.adapters.trl import (KernelEnvironmentFactory, KernelReward, KernelToolConfig, environment_rows,
-                                 single_turn_rows)
+from cuda_gym_agents.adapters import verl as verl_adapter
+from cuda_gym_agents.adapters.trl import (KernelEnvironmentFactory, KernelReward, KernelToolConfig, environment_rows,
+                                          single_turn_rows)
 from cuda_gym.envs import KernelEnv
 from cuda_gym.tasks import get_task
 from tests.helpers import CORRECT_BODY, GELU_TASK, native_candidate
@@ -272,7 +272,7 @@ def test_verl_agent_loop_plays_an_episode(cpu_evaluator, monkeypatch):
         return decorator
 
     loop_cls = verl_adapter._build_agent_loop_class(_StandInAgentLoopBase, _StandInOutput, register)
-    assert registry == {"cuda_gym_agent": "agents.adapters.verl.CudaGymAgentLoop"}  # what hydra will import
+    assert registry == {"cuda_gym_agent": "cuda_gym_agents.adapters.verl.CudaGymAgentLoop"}  # what hydra will import
     monkeypatch.setattr(verl_adapter, "shared_evaluator", lambda config: cpu_evaluator)
 
     env = KernelEnv(backend="cpu", evaluator=cpu_evaluator)
@@ -338,7 +338,7 @@ def test_verl_real_agent_loop_interface(cpu_evaluator, monkeypatch):
     loop_cls = verl_adapter.CudaGymAgentLoop
     assert issubclass(loop_cls, agent_loop_module.AgentLoopBase)
     assert agent_loop_module._agent_loop_registry["cuda_gym_agent"] == {
-        "_target_": "agents.adapters.verl.CudaGymAgentLoop"}
+        "_target_": "cuda_gym_agents.adapters.verl.CudaGymAgentLoop"}
     monkeypatch.setattr(verl_adapter, "shared_evaluator", lambda config: cpu_evaluator)
 
     tokenizer = _byte_tokenizer()
@@ -346,7 +346,7 @@ def test_verl_real_agent_loop_interface(cpu_evaluator, monkeypatch):
     (row,) = verl_adapter.verl_rows([get_task(GELU_TASK)], env)
     server = _ScriptedServer(tokenizer, ["#! submit\n```python\n" + GOOD + "```"])
     # an agent_loop_config_path entry, instantiated the way verl's AgentLoopWorker does it
-    entry = OmegaConf.create({"name": "cuda_gym_agent", "_target_": "agents.adapters.verl.CudaGymAgentLoop",
+    entry = OmegaConf.create({"name": "cuda_gym_agent", "_target_": "cuda_gym_agents.adapters.verl.CudaGymAgentLoop",
                               "cuda_gym": {"backend": "cpu", "max_turns": 2}})
     config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 16384, "response_length": 20000}},
                                "data": {}})

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.llm import SamplingConfig, ScriptedChat, TransformersChat
-from agents.react import ReactPolicy
+from cuda_gym_agents.llm import SamplingConfig, ScriptedChat, TransformersChat
+from cuda_gym_agents.react import ReactPolicy
 from cuda_gym.envs import KernelEnv
 from cuda_gym.tasks import get_task, solution_path
 

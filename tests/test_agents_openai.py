@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("openai")
 
-from agents.llm import BackendError, OpenAIChat, SamplingConfig
-from agents.rollout import RolloutConfig, rollout
-from agents.trajectory import read_trajectories
+from cuda_gym_agents.llm import BackendError, OpenAIChat, SamplingConfig
+from cuda_gym_agents.rollout import RolloutConfig, rollout
+from cuda_gym.trajectory import read_trajectories
 from cuda_gym.cli import main
 from cuda_gym.tasks import get_task
 

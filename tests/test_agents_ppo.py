@@ -11,13 +11,13 @@ import torch
 
 pytest.importorskip("transformers")
 
-from agents.ppo.batch import collate, trajectory_gae, turn_samples
-from agents.ppo.config import PPOConfig
-from agents.ppo.losses import (clip_fraction, clipped_surrogate_loss, clipped_value_loss, compute_gae,
-                               explained_variance, policy_ratio, token_mean)
-from agents.ppo.model import policy_outputs
-from agents.ppo.trainer import PPOTrainer
-from agents.trajectory import Trajectory, Turn
+from cuda_gym_agents.ppo.batch import collate, trajectory_gae, turn_samples
+from cuda_gym_agents.ppo.config import PPOConfig
+from cuda_gym_agents.ppo.losses import (clip_fraction, clipped_surrogate_loss, clipped_value_loss, compute_gae,
+                                        explained_variance, policy_ratio, token_mean)
+from cuda_gym_agents.ppo.model import policy_outputs
+from cuda_gym_agents.ppo.trainer import PPOTrainer
+from cuda_gym.trajectory import Trajectory, Turn
 
 VOCAB = 24
 
@@ -257,7 +257,7 @@ def test_one_ppo_update_changes_the_weights_and_reports_its_metrics(critic, tmp_
 
 
 def test_train_stops_starting_updates_when_its_time_budget_is_spent(tmp_path):
-    from agents.ppo.trainer import train
+    from cuda_gym_agents.ppo.trainer import train
 
     model = tiny_llama()
     trainer = PPOTrainer(model, PPOConfig(actor_lr=1e-3, critic_lr=1e-3, minibatch_size=8, micro_batch_size=8))
@@ -295,7 +295,7 @@ def _episode(name, reward, replies, error_codes=None, end_reason="submit", finis
 
 
 def test_rejection_filter_keeps_positive_clean_trajectories_only():
-    from agents.rft import rejection_filter, rejection_reason
+    from cuda_gym_agents.rft import rejection_filter, rejection_reason
 
     looping = " ".join(["for (int i = 0; i < n; ++i) {"] * 40)
     cases = {
@@ -316,7 +316,7 @@ def test_rejection_filter_keeps_positive_clean_trajectories_only():
 
 
 def test_rft_finetune_raises_the_likelihood_of_kept_replies():
-    from agents.rft import FinetuneConfig, rft_finetune
+    from cuda_gym_agents.rft import FinetuneConfig, rft_finetune
 
     model = tiny_llama()
     kept = [t for t in sampled_trajectories(model, 8) if t.total_reward > 0]
@@ -329,7 +329,7 @@ def test_rft_finetune_raises_the_likelihood_of_kept_replies():
 
 @pytest.mark.parametrize("critic, lr, loss_ratio, ev_gain", [("separate", 3e-3, 0.5, 0.5), ("head", 3e-2, 0.7, 0.25)])
 def test_value_pretraining_lowers_value_loss_and_raises_explained_variance(critic, lr, loss_ratio, ev_gain):
-    from agents.rft import FinetuneConfig, value_pretrain
+    from cuda_gym_agents.rft import FinetuneConfig, value_pretrain
 
     model = tiny_llama()
     trajectories = sampled_trajectories(model, 12)
@@ -349,10 +349,10 @@ def test_value_pretraining_lowers_value_loss_and_raises_explained_variance(criti
 
 def test_one_ppo_update_on_trajectories_from_the_rollout(cpu_evaluator, tmp_path):
     pytest.importorskip("tokenizers")
-    from agents.llm import SamplingConfig, TransformersChat
-    from agents.react import WORKFLOW_GUIDE
-    from agents.rollout import RolloutConfig, rollout
-    from agents.trajectory import read_trajectories
+    from cuda_gym_agents.llm import SamplingConfig, TransformersChat
+    from cuda_gym_agents.react import WORKFLOW_GUIDE
+    from cuda_gym_agents.rollout import RolloutConfig, rollout
+    from cuda_gym.trajectory import read_trajectories
     from cuda_gym.tasks import get_task
 
     from .helpers import GELU_TASK
@@ -382,7 +382,7 @@ def test_one_ppo_update_on_trajectories_from_the_rollout(cpu_evaluator, tmp_path
 
 
 def test_menu_candidates_and_replies():
-    from agents.ppo import menu
+    from cuda_gym_agents.ppo import menu
 
     for name in menu.MENU_TASKS:
         kinds = menu.label_kinds(name)
@@ -479,13 +479,13 @@ def test_train_command_with_a_local_checkpoint_through_the_rollout(tmp_path, cap
     pytest.importorskip("tokenizers")
     import json
 
-    from agents.ppo.cli import load_model
+    from cuda_gym_agents.ppo.cli import load_model
     from cuda_gym.cli import main
 
     from .helpers import GELU_TASK
     from .test_agents_transformers import tiny_chat_model
 
-    from agents.react import WORKFLOW_GUIDE
+    from cuda_gym_agents.react import WORKFLOW_GUIDE
     from cuda_gym.envs import KernelEnv
 
     env = KernelEnv(backend="cpu", max_turns=1)  # writing a CPU prompt starts nothing

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.llm import BackendError, ChatReply, SamplingConfig, ScriptedChat
-from agents.react import START_MESSAGE, WORKFLOW_GUIDE, ReactConfig, ReactPolicy, action_for, parse_reply
+from cuda_gym_agents.llm import BackendError, ChatReply, SamplingConfig, ScriptedChat
+from cuda_gym_agents.react import START_MESSAGE, WORKFLOW_GUIDE, ReactConfig, ReactPolicy, action_for, parse_reply
 from cuda_gym.envs import KernelEnv
 from cuda_gym.tasks import get_task
 
@@ -47,6 +47,7 @@ def test_parse_reply_finds_command_candidate_and_text():
 
 # -------------------------------------------------------------------------------- episodes
 
+@pytest.mark.slow
 def test_scripted_episode_compile_error_fix_check_submit(cpu_evaluator):
     chat = ScriptedChat([
         fenced("compile", BROKEN, "First attempt: one elementwise loop."),

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from agents.rollout import summarize
-from agents.trajectory import Trajectory, Turn, append_trajectory, read_trajectories
+from cuda_gym_agents.rollout import summarize
+from cuda_gym.trajectory import Trajectory, Turn, append_trajectory, read_trajectories
 
 
 def turn(index, command, code, *, eager=None, compile_=None, candidate=None, reward=0.0, **extra):

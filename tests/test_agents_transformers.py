@@ -7,9 +7,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from agents.llm import SamplingConfig, TransformersChat
-from agents.react import WORKFLOW_GUIDE, ReactPolicy
-from agents.trajectory import Trajectory
+from cuda_gym_agents.llm import SamplingConfig, TransformersChat
+from cuda_gym_agents.react import WORKFLOW_GUIDE, ReactPolicy
+from cuda_gym.trajectory import Trajectory
 from cuda_gym.envs import KernelEnv
 from cuda_gym.tasks import get_task
 
@@ -106,7 +106,7 @@ def test_greedy_decoding_and_from_pretrained(tmp_path):
 
 
 def test_cuda_gym_agent_with_a_local_checkpoint(tmp_path, monkeypatch, cache_dir):
-    from agents.trajectory import read_trajectories
+    from cuda_gym.trajectory import read_trajectories
     from cuda_gym.cli import main
 
     monkeypatch.setenv("CUDA_GYM_CACHE", cache_dir)

@@ -64,6 +64,21 @@ def test_every_help_text_that_lists_suites_names_all_of_them():
         assert all(name in text for name in suites), text
 
 
+def test_the_agents_commands_come_from_the_installed_entry_points():
+    """`pip install -e .` registers the agents side's commands; cuda_gym itself never imports them."""
+    commands = {action.dest: action for action in cli.build_parser()._actions}["command"].choices
+    assert {"agent", "solve", "train", "leaderboard", "synth"} <= set(commands)
+
+
+def test_without_the_agents_package_its_commands_are_absent_with_a_reason(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "command_entry_points", lambda: [])
+    commands = {action.dest: action for action in cli.build_parser()._actions}["command"].choices
+    assert "agent" not in commands and "leaderboard" in commands
+    assert cli.main(["agent", "--help"]) == 2
+    err = capsys.readouterr().err
+    assert "'agent' is not installed" in err and "cuda_gym_agents" in err and "pip install -e ." in err
+
+
 def test_run_refuses_a_task_that_is_not_built_in(capsys, monkeypatch):
     monkeypatch.setattr(cli, "make_evaluator", _no_evaluator)
     assert cli.main(["run", "--task", "builtin/L1/no_such_task"]) == 2

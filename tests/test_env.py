@@ -298,6 +298,7 @@ ninja: build stopped: subcommand failed.
 
 # ------------------------------------------------------------------------ real evaluations (CPU)
 
+@pytest.mark.slow
 def test_scripted_episode_on_cpu(cpu_evaluator):
     env = gym.make("CudaKernel-Builtin-L1-v0", backend="cpu", evaluator=cpu_evaluator, eval_config=QUICK,
                    max_turns=4)
@@ -359,6 +360,7 @@ def test_info_result_has_every_key_for_every_verdict():
     assert result_from_info(invalid_info["result"]).error_code is ErrorCode.INVALID_ACTION
 
 
+@pytest.mark.slow
 def test_async_vector_env_runs_a_step_on_cpu(cache_dir):
     def make():
         return gym.make("CudaKernel-Builtin-L1-v0", backend="cpu", eval_config=CHEAP, cache_dir=cache_dir,

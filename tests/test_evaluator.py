@@ -24,6 +24,7 @@ from .helpers import CORRECT_BODY, GELU_TASK, native_candidate
 SOLVED = [t for t in load_suite("builtin") if solution_path(t, "cpu")]
 
 
+@pytest.mark.slow
 def test_every_cpu_reference_solution_passes(cpu_evaluator):
     futures = {t.id: cpu_evaluator.submit(t, solution_path(t, "cpu").read_text()) for t in SOLVED}
     failures = {}
@@ -68,6 +69,7 @@ FAULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FAULTS))
 def test_fault_gets_its_code_and_next_verdict_is_right(cpu_evaluator, name):
     from dataclasses import replace
@@ -89,6 +91,7 @@ def test_compile_error_reports_the_compiler_message(cpu_evaluator):
     assert "undeclared_name" in result.compile_log
 
 
+@pytest.mark.slow
 def test_unchanged_candidate_is_not_rebuilt(cpu_evaluator):
     source = native_candidate(CORRECT_BODY + "\n// cache probe")
     first = cpu_evaluator.evaluate(get_task(GELU_TASK), source)
@@ -97,6 +100,7 @@ def test_unchanged_candidate_is_not_rebuilt(cpu_evaluator):
     assert second.build_cached and second.compile_seconds == 0.0
 
 
+@pytest.mark.slow
 def test_submit_returns_futures_that_overlap(cpu_evaluator):
     task = get_task(GELU_TASK)
     futures = [cpu_evaluator.submit(task, native_candidate(CORRECT_BODY + f"\n// variant {i}")) for i in range(3)]
@@ -144,6 +148,7 @@ class ModelNew(nn.Module):
     assert len(outputs) == len(set(outputs)), f"a step was built twice: {outputs}"
 
 
+@pytest.mark.slow
 def test_baseline_keeps_the_median_of_several_workers(tmp_path):
     # The candidate is timed in one worker: the fastest of several baseline workers would put the
     # reference, submitted as its own candidate, below 1.00x. (No agreement: all three run.)
@@ -191,6 +196,7 @@ def test_a_device_bound_baseline_is_timed_in_one_worker(tmp_path, monkeypatch):
     assert times["eager"].median_ms == entry["eager_worker_medians_ms"][0]
 
 
+@pytest.mark.slow
 def test_the_third_baseline_worker_runs_only_when_the_first_two_disagree(tmp_path, monkeypatch):
     def stats(ms):
         return {"median_ms": ms}
@@ -343,6 +349,7 @@ PAIRED = dict(host_pairing=("cpu",), policy="permissive", timing_warmup_s=0.0, t
               warmup_reps=1, timing_reps=4, timing_min_reps=4)
 
 
+@pytest.mark.slow
 def test_host_pairing_times_the_candidate_against_the_reference_in_its_own_worker(cpu_evaluator, wide_pairing_band):
     # EvalConfig.host_pairing: the speedup vs eager is the median per-pair ratio, measured in the
     # candidate's worker against a fresh reference; the identity comes out near 1.00.
@@ -392,6 +399,7 @@ def test_a_pairing_outside_the_two_fold_band_sets_no_speedup():
     assert result.compared_candidate_ms() == 1.0
 
 
+@pytest.mark.slow
 def test_the_compile_speedup_of_a_paired_timing_is_bridged_through_eager(cpu_evaluator, wide_pairing_band):
     # The baseline workers pair torch.compile with eager call by call; the speedup vs compile is the
     # (paired) speedup vs eager over that ratio, not a comparison of times from two processes.
@@ -406,6 +414,7 @@ def test_the_compile_speedup_of_a_paired_timing_is_bridged_through_eager(cpu_eva
     assert entry["compile_pairing"] == result.compile_pairing and entry["compile_pairings"][0]["pairs"] >= 40
 
 
+@pytest.mark.slow
 def test_of_two_workers_paired_ratios_the_one_less_favourable_to_candidates_is_kept(tmp_path, monkeypatch):
     # The speedup vs compile is the speedup vs eager over eager's ratio to compile: of two workers'
     # ratios the higher is kept (compile the faster), as the lower of two times is.
@@ -417,6 +426,7 @@ def test_of_two_workers_paired_ratios_the_one_less_favourable_to_candidates_is_k
     assert len(ratios) == 2 and entry["compile_pairing"]["eager_over_compile"] == max(ratios)
 
 
+@pytest.mark.slow
 def test_a_candidate_wrong_only_while_paired_with_the_reference_is_incorrect(cpu_evaluator):
     task = get_task(GELU_TASK)
     source = task.source + """
@@ -489,6 +499,7 @@ def test_speedups_compare_with_the_cached_baselines():
     assert checked.speedup_vs_eager is None and checked.speedup_vs_compile is None  # `#! check`: no speedups
 
 
+@pytest.mark.slow
 def test_a_full_length_timing_with_audits_keeps_the_worker_alive(cpu_evaluator):
     """50 timed repeats with the op recorder's audits, as the default config times, in the eval
     worker and the baseline worker (with the collector off across audited calls, the recorder's
@@ -503,6 +514,7 @@ def test_a_full_length_timing_with_audits_keeps_the_worker_alive(cpu_evaluator):
     assert not [flag for flag in result.flags if flag.startswith("baseline_")], result.runtime_log[-500:]
 
 
+@pytest.mark.slow
 def test_both_baselines_are_measured_with_the_default_config(cpu_evaluator):
     """The compile baseline's first call imports inductor, whose frame lookups the tamper check's
     tripwire denies: it is compiled before the check is armed (else every baseline worker failed)."""
@@ -678,6 +690,7 @@ class ModelNew(Model):
      ErrorCode.FORBIDDEN, "while it was timed against the reference"),
     (PAIRED_CALL.format(action="            args[0].set_(args[0].clone())"), ErrorCode.FORBIDDEN, "layout of the input"),
 ])
+@pytest.mark.slow
 def test_a_candidate_that_tampers_with_its_paired_timing_is_forbidden(cpu_evaluator, source, code, named):
     task = get_task(GELU_TASK)
     result = cpu_evaluator.evaluate(task, task.source + "\n" + source, config=cpu_evaluator.config.replace(**PAIRED))

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SCALE = """import torch
@@ -61,6 +63,7 @@ def _sweep(data: Path, out: Path, *extra: str, compile_baseline: bool = False) -
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
 
+@pytest.mark.slow
 def test_the_sweep_judges_the_identity_and_resumes(tmp_path):
     level1 = tmp_path / "KernelBench" / "level1"
     level1.mkdir(parents=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.trajectory import Trajectory, Turn, write_trajectories
+from cuda_gym.trajectory import Trajectory, Turn, write_trajectories
 from cuda_gym.cli import main
 from cuda_gym.leaderboard import (Row, SubmissionError, group_metrics, leaderboard_metrics, load_leaderboard,
                                   read_submissions, run_leaderboard, write_leaderboard)

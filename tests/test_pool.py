@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from cuda_gym.eval.pool import OWNER_FILE, WorkerPool, WorkerSpec, remove_orphaned_scratch
 
 from .helpers import GELU_TASK
@@ -128,6 +130,7 @@ print(pick_vec_isa())
 """
 
 
+@pytest.mark.slow
 def test_the_fork_server_makes_inductors_cpu_isa_check_once_for_every_worker(tmp_path):
     """preload.py (imported by the fork server, before any fork) makes inductor's check of the CPU's
     vector instructions, so that forked workers inherit its answer instead of each paying about

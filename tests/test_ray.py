@@ -76,6 +76,7 @@ def _verdict(result) -> tuple:
             result.forbidden_ops, result.candidate_hash)
 
 
+@pytest.mark.slow
 def test_verdicts_equal_the_local_evaluator_and_submit_blocks_when_the_queue_is_full(ray_evaluator, cpu_evaluator):
     assert ray_evaluator.backend == "cpu" and len(ray_evaluator.actors) == 2
     jobs = _jobs()
@@ -104,6 +105,7 @@ def test_verdicts_equal_the_local_evaluator_and_submit_blocks_when_the_queue_is_
     assert all(slot["jobs_done"] > 0 for slot in stats["slots"]), "both actors judged candidates"
 
 
+@pytest.mark.slow
 def test_a_task_returns_to_its_actor_and_baselines_are_measured_once(ray_evaluator):
     sequential = get_task("builtin/L1/cumsum")
     source = solution_path(sequential, "cpu").read_text()
@@ -145,6 +147,7 @@ def _wait_for(evaluator, find, what: str, timeout_s: float = 120.0) -> dict:
     raise AssertionError(f"timed out waiting for {what}: {evaluator.stats()}")
 
 
+@pytest.mark.slow
 def test_killed_actors_lose_no_verdict_and_a_candidate_that_kills_two_gets_runtime_error(ray_evaluator):
     before = ray_evaluator.stats()
     poison_task = get_task("builtin/L1/softmax")

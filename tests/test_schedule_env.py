@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents.schedule_ppo import SchedulePPOConfig, StepRecord, compare_curves, random_search, train, write_curves
+from cuda_gym_agents.schedule_ppo import SchedulePPOConfig, StepRecord, compare_curves, random_search, train, write_curves
 from cuda_gym.envs.registration import SCHEDULE_ENV_SPECS
 from cuda_gym.envs.schedule_env import FEATURES, ScheduleEnv
 

@@ -201,6 +201,7 @@ def test_each_filter_check_rejects_its_failure(expr, stage):
 
 
 # ------------------------------------------------------------------------------------ worker pool
+@pytest.mark.slow
 def test_pool_survives_crashing_and_hanging_tasks():
     settings = SynthConfig(backend="cpu", window_ms=WIDE_WINDOW).filter_settings()
     good = render(RuleComposer(CATALOGUE, seed=0).compose(1))
@@ -240,6 +241,7 @@ def test_pipeline_is_deterministic_and_deduplicates(tmp_path, small_kernelbench)
     assert len({t.hash for t in runs[0].tasks}) == 4
 
 
+@pytest.mark.slow
 def test_pipeline_cpu_writes_a_loadable_clean_suite(tmp_path, small_kernelbench):
     kernelbench = KERNELBENCH if (KERNELBENCH / "KernelBench").is_dir() else small_kernelbench
     config = SynthConfig(n=20, backend="cpu", seed=0, compile_check=2, workers=2, kernelbench=str(kernelbench),
@@ -287,7 +289,7 @@ def test_synth_task_runs_in_the_evaluator(tmp_path, cpu_evaluator):
 
 # ------------------------------------------------------------------------------------ LLM composer
 def test_llm_composer_builds_the_model_plan_and_retries_once():
-    llm = pytest.importorskip("agents.llm")
+    llm = pytest.importorskip("cuda_gym_agents.llm")
     from cuda_gym.synth.llm import LLMComposer
 
     chat = llm.ScriptedChat([

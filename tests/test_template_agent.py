@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agents import template_cli
-from agents.template_agent import (CPU_KNOBS, CUDA_KNOBS, KnobSpace, TemplateAgent, Unsupported, broadcast_terms,
-                                   expr_to_c, plan_task, render_candidate, render_kernels, template_dir)
+from cuda_gym_agents import template_cli
+from cuda_gym_agents.template_agent import (CPU_KNOBS, CUDA_KNOBS, KnobSpace, TemplateAgent, Unsupported, broadcast_terms,
+                                            expr_to_c, plan_task, render_candidate, render_kernels, template_dir)
 from cuda_gym.tasks import get_task, load_suite
 
 KERNELBENCH = os.environ.get("CUDA_GYM_KERNELBENCH") or "/work/shared/data/kernelbench"
@@ -142,6 +142,7 @@ CPU_CORRECTNESS = ["builtin/L1/argmax_dim", "builtin/L1/conv_transpose2d", "buil
                    "builtin/L2/residual_layer_norm"]  # the last two: a pointwise prologue in a reduction, a norm
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task_id", CPU_CORRECTNESS)
 def test_rendered_candidates_are_correct_on_cpu(cpu_evaluator, task_id):
     task = get_task(task_id)
@@ -218,7 +219,7 @@ def test_solve_command_rejects_a_model_trained_on_another_knob_space(tmp_path, c
     assert "acts on 3 knobs" in err and "train a new one" in err
 
     # a model on the backend's own knob space proposes valid actions
-    from agents.template_agent import sb3_policy
+    from cuda_gym_agents.template_agent import sb3_policy
     from cuda_gym.envs.schedule_env import FEATURES
 
     space = KnobSpace.for_plan(plan_task(get_task("builtin/L1/gelu"), "cpu"))
@@ -270,6 +271,7 @@ class _RecordingEvaluator:
         return self.evaluator.evaluate(task, source, **kwargs)
 
 
+@pytest.mark.slow
 def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator):
     from benchmarks.template_agent import run_sweep
     from cuda_gym.leaderboard.metrics import geomean
@@ -810,6 +812,7 @@ int main() {
 '''
 
 
+@pytest.mark.slow
 def test_cuda_row_kernels_emulated_on_cpu(tmp_path):
     import shutil
     import subprocess

@@ -214,7 +214,7 @@ def test_multifile_episode_compile_error_fix_verify_profile(cpu_evaluator, tmp_p
 # ------------------------------------------------------------------------ the tool-calling agent
 
 def test_parse_tool_calls_from_text():
-    from agents.llm import parse_tool_calls
+    from cuda_gym_agents.llm import parse_tool_calls
 
     text = ('I will look.\n<tool_call>\n{"name": "read_file", "arguments": {"path": "GUIDE.md"}}\n</tool_call>'
             '<tool_call>not json</tool_call><tool_call>{"name": "verify", "arguments": {}}</tool_call>')
@@ -225,8 +225,8 @@ def test_parse_tool_calls_from_text():
 
 
 def test_tool_policy_shortens_old_file_contents_to_fit_the_context(tmp_path):
-    from agents.llm import ChatReply, SamplingConfig, ScriptedChat
-    from agents.react import ReactConfig, ToolReactPolicy
+    from cuda_gym_agents.llm import ChatReply, SamplingConfig, ScriptedChat
+    from cuda_gym_agents.react import ReactConfig, ToolReactPolicy
 
     def reply(index, name, **arguments):
         return ChatReply(text="", finish_reason="stop", tool_calls=[
@@ -252,7 +252,7 @@ def test_tool_policy_shortens_old_file_contents_to_fit_the_context(tmp_path):
 
 def test_transformers_chat_renders_tools_through_the_chat_template():
     pytest.importorskip("transformers")
-    from agents.llm import TransformersChat
+    from cuda_gym_agents.llm import TransformersChat
 
     from .test_agents_transformers import tiny_chat_model
 
@@ -276,7 +276,7 @@ def test_transformers_chat_renders_tools_through_the_chat_template():
 
 def test_cuda_gym_agent_drives_the_workspace_through_openai_tool_calls(tmp_path, monkeypatch, capsys, cache_dir):
     pytest.importorskip("openai")
-    from agents.trajectory import read_trajectories
+    from cuda_gym.trajectory import read_trajectories
     from cuda_gym.cli import main
 
     from .test_agents_openai import ChatServer, quick_evaluator_config

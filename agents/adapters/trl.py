@@ -112,7 +112,7 @@ class KernelEnvironment:
         task_id = row.get("task_id")
         if not task_id:
             raise ValueError("the dataset row has no 'task_id'; build the rows with "
-                             "agents.adapters.trl.environment_rows(tasks)")
+                             "cuda_gym_agents.adapters.trl.environment_rows(tasks)")
         prompt, _ = self._env.reset(options={"task_id": str(task_id)})
         self._rewards = []
         self._done = False
@@ -246,7 +246,7 @@ class KernelReward:
                  **kwargs: Any) -> list[float]:
         if task_id is None:
             raise ValueError("KernelReward needs a 'task_id' dataset column; build the rows with "
-                             "agents.adapters.trl.single_turn_rows(tasks, env)")
+                             "cuda_gym_agents.adapters.trl.single_turn_rows(tasks, env)")
         futures = []
         for completion, tid in zip(completions, task_id, strict=True):
             text = completion_text(completion)

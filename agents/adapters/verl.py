@@ -14,7 +14,7 @@ What runs here:
 
 - `play_episode(...)`: the loop, independent of verl. Turn by turn: generate from the prompt ids
   plus the response so far; decode the reply; step the `KernelEnv` with the reply's command and
-  code block (`agents.react.parse_reply` / `action_for`, so the model writes replies as the ReAct
+  code block (`cuda_gym_agents.react.parse_reply` / `action_for`, so the model writes replies as the ReAct
   agent does); append the environment's feedback as a user message whose template tokens are
   masked out (mask 0, logprob 0); stop at `#! submit`, the turn budget or `response_length`.
   The generated tokens are kept as the server returned them, never re-tokenised. The episode's
@@ -29,7 +29,7 @@ What runs here:
 Agent-loop config file (`actor_rollout_ref.rollout.agent.agent_loop_config_path`)::
 
     - name: cuda_gym_agent
-      _target_: agents.adapters.verl.CudaGymAgentLoop
+      _target_: cuda_gym_agents.adapters.verl.CudaGymAgentLoop
       cuda_gym: {backend: cuda, max_turns: 4}
 
 See docs/adapters.md for what was and was not run against a real verl.
@@ -191,7 +191,7 @@ def task_id_of(sample: dict[str, Any]) -> str:
     task_id = extra.get("task_id") if hasattr(extra, "get") else None
     if not task_id:
         raise ValueError("the sample has no extra_info.task_id; build the dataset with "
-                         "agents.adapters.verl.verl_rows(tasks, env)")
+                         "cuda_gym_agents.adapters.verl.verl_rows(tasks, env)")
     return str(task_id)
 
 
@@ -285,7 +285,7 @@ def __getattr__(name: str) -> Any:
         try:
             from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
         except ImportError as exc:
-            raise ImportError(f"agents.adapters.verl.CudaGymAgentLoop needs verl (pip install verl): {exc}") from None
+            raise ImportError(f"cuda_gym_agents.adapters.verl.CudaGymAgentLoop needs verl (pip install verl): {exc}") from None
         cls = _build_agent_loop_class(AgentLoopBase, AgentLoopOutput, register)
         globals()["CudaGymAgentLoop"] = cls
         return cls

@@ -43,7 +43,7 @@ class ChatReply:
     max_new_tokens) or what the server said. `prompt_token_ids`: the exact ids the model was
     conditioned on (None when the backend does not give them). `token_ids`: the generated ids;
     `logprobs`: one log-probability per generated token, recorded at generation time (see
-    agents.trajectory for their exact meaning per backend). `usage`: {"prompt_tokens",
+    cuda_gym.trajectory for their exact meaning per backend). `usage`: {"prompt_tokens",
     "completion_tokens"}. `tool_calls`: the function calls of the reply, each {"id", "name",
     "arguments" (JSON text)}, in order, when tools were offered and the model called any (else None).
     """

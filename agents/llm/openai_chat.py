@@ -142,3 +142,12 @@ def _parse(data: dict[str, Any], where: str) -> ChatReply:
         usage={"prompt_tokens": int(usage.get("prompt_tokens") or 0),
                "completion_tokens": int(usage.get("completion_tokens") or 0)},
     )
+
+
+def chat_backend(*, base_url: str, model: str, api_key: str | None = None, temperature: float = 1.0,
+                 max_new_tokens: int = 1024, seed: int | None = None) -> OpenAIChat:
+    """The `openai` entry of the `cuda_gym.chat_backends` group (`cuda_gym.chat.open_chat_backend`): a
+    plain-text client, without logprobs, for cuda_gym's own model calls (task synthesis)."""
+    return OpenAIChat(base_url, model, api_key=api_key, logprobs=False,
+                      sampling=SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed))
+

@@ -28,7 +28,7 @@ class TransformersChat(ChatBackend):
     chat template's `tools` argument (`apply_chat_template(messages, tools=...)`; assistant tool
     calls' JSON-text arguments are given to the template as objects, as Hugging Face templates
     expect), and the reply's `<tool_call>{...}</tool_call>` blocks (the Hermes / Qwen format;
-    `agents.llm.parse_tool_calls`) become `ChatReply.tool_calls`. A template that ignores `tools`
+    `cuda_gym_agents.llm.parse_tool_calls`) become `ChatReply.tool_calls`. A template that ignores `tools`
     shows the model no schemas.
 
     Generation is serialised (one call at a time per instance), so threads can share it.

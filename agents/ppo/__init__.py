@@ -1,15 +1,15 @@
 """PPO for LLM policies, as CUDA Agent trains them (arXiv 2602.24286): a learned critic, GAE with
 gamma = 1 and lambda = 0.95, the clip-higher surrogate (eps 0.2 / 0.28), outcome rewards.
 
-- `agents.ppo.config`: `PPOConfig`, the paper's defaults;
-- `agents.ppo.losses`: the math, one function per quantity (GAE, ratio, clipped losses, entropy, KL);
-- `agents.ppo.batch`: trajectories -> per-turn token samples and padded micro-batches;
-- `agents.ppo.model`: forward passes, the critic, LoRA, mixed precision, checkpoints;
-- `agents.ppo.trainer`: `PPOTrainer.update(trajectories)` and the `train` loop;
-- `agents.ppo.menu`: the `menu` toy suite on which learning shows within minutes on a CPU;
-- `agents.ppo.cli`: the `cuda-gym train` command.
+- `cuda_gym_agents.ppo.config`: `PPOConfig`, the paper's defaults;
+- `cuda_gym_agents.ppo.losses`: the math, one function per quantity (GAE, ratio, clipped losses, entropy, KL);
+- `cuda_gym_agents.ppo.batch`: trajectories -> per-turn token samples and padded micro-batches;
+- `cuda_gym_agents.ppo.model`: forward passes, the critic, LoRA, mixed precision, checkpoints;
+- `cuda_gym_agents.ppo.trainer`: `PPOTrainer.update(trajectories)` and the `train` loop;
+- `cuda_gym_agents.ppo.menu`: the `menu` toy suite on which learning shows within minutes on a CPU;
+- `cuda_gym_agents.ppo.cli`: the `cuda-gym train` command.
 
-`from agents.ppo import PPOConfig, PPOTrainer` works; importing the package itself imports nothing
+`from cuda_gym_agents.ppo import PPOConfig, PPOTrainer` works; importing the package itself imports nothing
 heavy (the command line builds its parser from it).
 """
 from __future__ import annotations

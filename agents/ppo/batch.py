@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from ..trajectory import Trajectory
+from cuda_gym.trajectory import Trajectory
 from .losses import compute_gae
 
 

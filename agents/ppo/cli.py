@@ -1,10 +1,10 @@
 """`cuda-gym train`: CUDA Agent's training stages (RFT, value pretraining, PPO) on a local model.
 
 Two kinds of runs:
-- `--suite menu`: the toy (`agents.ppo.menu`): a tiny randomly initialised policy (or `--model DIR`
+- `--suite menu`: the toy (`cuda_gym_agents.ppo.menu`): a tiny randomly initialised policy (or `--model DIR`
   saved by an earlier menu run) picks one of four candidates per task; runs in minutes on a CPU.
 - any other suite or `--tasks`: a transformers checkpoint (`--model DIR`, with a tokenizer that has a
-  chat template) plays the ReAct policy through `agents.rollout`, which records token ids and
+  chat template) plays the ReAct policy through `cuda_gym_agents.rollout`, which records token ids and
   logprobs at generation; PPO trains on exactly those.
 """
 from __future__ import annotations
@@ -192,12 +192,12 @@ def _train_llm(args, stages, out: Path) -> int:
 
 def rollout_collector(chat, tasks, evaluator, out: Path, rollout_config, *, backend: str = "auto",
                       progress: bool = True):
-    """`collect(tag)` for `run_stages`: one `agents.rollout.rollout` of `tasks` into
+    """`collect(tag)` for `run_stages`: one `cuda_gym_agents.rollout.rollout` of `tasks` into
     `out/rollouts/<tag>/` (its trajectories.jsonl and summary.json), returning the trajectories PPO
     can train on. An episode with a turn that generated nothing (a backend or environment error) stays
     in that folder and is left out, with a note."""
     from ..rollout import rollout
-    from ..trajectory import read_trajectories
+    from cuda_gym.trajectory import read_trajectories
 
     def collect(tag: str):
         folder = Path(out) / "rollouts" / tag

@@ -40,7 +40,7 @@ from cuda_gym.tasks import Task, get_task, register_suite
 from cuda_gym.tasks.task import task_from_source
 
 from ..rft import FinetuneConfig
-from ..trajectory import Trajectory, Turn
+from cuda_gym.trajectory import Trajectory, Turn
 from .config import PPOConfig
 
 # name -> (correct expression of v, wrong expression of v).

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 from torch import nn
 
 from ..rft import FinetuneConfig, RFTFilter, rejection_filter, rft_finetune, value_pretrain
-from ..trajectory import Trajectory, read_trajectories, write_trajectories
+from cuda_gym.trajectory import Trajectory, read_trajectories, write_trajectories
 from .config import PPOConfig
 from .trainer import PPOTrainer, json_safe, train
 

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from ..trajectory import Trajectory, append_trajectory
+from cuda_gym.trajectory import Trajectory, append_trajectory
 from .batch import TurnSample, collate, trajectory_gae, turn_samples, unpad
 from .config import PPOConfig
 from .losses import (approx_kl, clip_fraction, clipped_surrogate_loss, clipped_value_loss, explained_variance,

@@ -1,7 +1,7 @@
 """`ScheduleEnv`: tune the knobs of csrc/ template kernels for a task (a MultiDiscrete action space).
 
 One episode = one task (a contextual bandit by default: `episode_steps=1`). The task's reference is
-planned onto the templates by the template agent (`agents.template_agent.plan_task`); tasks it does
+planned onto the templates by the schedule planner (`cuda_gym.schedule.plan_task`); tasks it does
 not cover are left out of the environment (`env.skipped` says why). An action picks one value per
 knob (`env.knobs`: block sizes, items per thread, vector widths, GEMM/conv tiles, cuBLAS or tiled
 GEMM, epilogue fusion on or off); `step` renders the full `ModelNew` from the templates and judges it
@@ -104,7 +104,7 @@ class ScheduleEnv(gym.Env):
             raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}")
-        from agents.template_agent import KnobSpace, Unsupported, knobs_for, plan_task
+        from ..schedule import KnobSpace, Unsupported, knobs_for, plan_task
 
         self._knob_space_for = KnobSpace.for_plan
         self._render = None
@@ -204,7 +204,7 @@ class ScheduleEnv(gym.Env):
 
     def evaluate(self, action: Any) -> tuple[EvalResult, bool, tuple[int, ...]]:
         """(result, served from the cache, action judged) for the current task; no episode bookkeeping."""
-        from agents.template_agent import render_candidate
+        from ..schedule import render_candidate
 
         task = self.task
         judged = self.canonical(action)

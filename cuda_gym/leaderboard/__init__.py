@@ -9,8 +9,8 @@ geomean speedups per level, as JSON, markdown and plots (docs/leaderboard.md).
 
 The `cuda-gym leaderboard` command is `cuda_gym.leaderboard.command`.
 """
-from .metrics import FAST_P_THRESHOLDS, Row, group_metrics, leaderboard_metrics
-from .run import draw_secret_seed, load_leaderboard, rows_of, run_leaderboard, write_leaderboard
+from .metrics import FAST_P_THRESHOLDS, Row, group_metrics, leaderboard_metrics, rows_of
+from .run import draw_secret_seed, load_leaderboard, run_leaderboard, write_leaderboard
 from .submissions import Submission, SubmissionError, Submissions, read_submissions
 
 __all__ = ["FAST_P_THRESHOLDS", "Row", "group_metrics", "leaderboard_metrics", "draw_secret_seed",

@@ -19,7 +19,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any
+
+from ..speedup import geomean  # noqa: F401  (re-exported: the metrics module is where callers look)
 
 FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 1.0, 1.05, 1.2, 1.5, 2.0)
 BASELINES: tuple[str, ...] = ("eager", "compile")
@@ -49,13 +51,6 @@ class Row:
 def threshold_key(p: float) -> str:
     """The JSON key of a fast_p threshold: "0", "1.0", "1.05", ..."""
     return "0" if p == 0 else repr(float(p))
-
-
-def geomean(values: Iterable[float | None]) -> float | None:
-    """The geometric mean of the speedups among `values`; None, zero, negative and non-finite values
-    are not speedups and are left out (None when none is left)."""
-    kept = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in kept) / len(kept)) if kept else None
 
 
 def group_metrics(rows: list[Row], *, failure_speedup: float = DEFAULT_FAILURE_SPEEDUP,
@@ -95,3 +90,9 @@ def leaderboard_metrics(rows: list[Row], **kwargs) -> dict:
     for level in sorted({r.level for r in rows}):
         summary[f"L{level}"] = group_metrics([r for r in rows if r.level == level], **kwargs)
     return summary
+
+
+def rows_of(record: dict[str, Any]) -> list[Row]:
+    """The metric rows of a leaderboard record (for plots and comparisons)."""
+    return [Row(e["task_id"], int(e["level"]), e["verdict"], bool(e["correct"]), e.get("speedup_vs_eager"),
+                e.get("speedup_vs_compile")) for e in record["results"]]

@@ -12,8 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .metrics import BASELINES, Row
-from .run import rows_of
+from .metrics import BASELINES, Row, rows_of
 
 P_AXIS_MAX = 5.0  # fast_p's x axis ends here at most: the thresholds that matter are <= 2
 LABELLED_POINTS = 10  # a level with at most this many correct candidates gets each point named

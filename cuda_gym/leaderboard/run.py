@@ -127,12 +127,6 @@ def _entry(row: Row, result: "EvalResult | None", origin: str) -> dict[str, Any]
     return entry
 
 
-def rows_of(record: dict[str, Any]) -> list[Row]:
-    """The metric rows of a leaderboard record (for plots and comparisons)."""
-    return [Row(e["task_id"], int(e["level"]), e["verdict"], bool(e["correct"]), e.get("speedup_vs_eager"),
-                e.get("speedup_vs_compile")) for e in record["results"]]
-
-
 def load_leaderboard(path: str | Path) -> dict[str, Any]:
     """A leaderboard.json written by `write_leaderboard`; a clear ValueError for anything else."""
     path = Path(path)

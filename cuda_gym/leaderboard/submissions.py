@@ -5,7 +5,7 @@ Two forms of SUBMISSIONS:
 - a folder laid out `L<level>/<task name>.py` (cuda_gym's own solutions layout) or KernelBench's
   `level<level>/<task name>.py` (e.g. `level1/19_ReLU.py`); a file matches the task with that
   level and name;
-- an agent run's `trajectories.jsonl` (`agents.trajectory`): each trajectory's best candidate
+- an agent run's `trajectories.jsonl` (`cuda_gym.trajectory`): each trajectory's best candidate
   (`Trajectory.best()`, CUDA Agent's best-in-trajectory rule); when a task has several
   trajectories, the one whose best ranks highest by the trajectory's own records (correct first,
   then speedup vs compile, then vs eager; the earliest episode on ties) is the task's submission.
@@ -92,7 +92,7 @@ def _rank(best) -> tuple:
 
 
 def _from_trajectories(path: Path, tasks: "list[Task]") -> Submissions:
-    from agents.trajectory import read_trajectories  # the agents side's record format
+    from cuda_gym.trajectory import read_trajectories
 
     try:
         trajectories = read_trajectories(path)

@@ -77,12 +77,11 @@ def _composer(args: argparse.Namespace, catalogue, config):
         return RuleComposer(catalogue, args.seed, config)
     if not (args.base_url and args.model):
         raise ValueError("--composer llm needs --base-url and --model (an OpenAI-compatible server)")
-    from agents.llm import OpenAIChat, SamplingConfig
-
+    from ..chat import open_chat_backend
     from .llm import LLMComposer
 
-    chat = OpenAIChat(args.base_url, args.model, api_key=args.api_key, logprobs=False,
-                      sampling=SamplingConfig(temperature=args.temperature, max_new_tokens=1024, seed=args.seed))
+    chat = open_chat_backend("openai", base_url=args.base_url, model=args.model, api_key=args.api_key,
+                             temperature=args.temperature, max_new_tokens=1024, seed=args.seed)
     return LLMComposer(chat, catalogue, seed=args.seed, config=config)
 
 

@@ -1,9 +1,9 @@
 """The LLM composer: a chat model picks the operators (and any parameters) of each task; the plan
 goes through the same shape rules, sizing and rendering as the rule composer's.
 
-`chat` is any object with `chat(messages) -> reply`, where messages are `{"role", "content"}`
-dicts and the reply has `.text` (the `agents.llm` backends: `OpenAIChat`, `TransformersChat`,
-`ScriptedChat`), or is a string. The model answers with JSON:
+`chat` is a `cuda_gym.chat.ChatModel`: any object with `chat(messages) -> reply`, where messages are
+`{"role", "content"}` dicts and the reply has `.text` (the `cuda_gym_agents.llm` backends: `OpenAIChat`,
+`TransformersChat`, `ScriptedChat`), or is a string. The model answers with JSON:
 
     {"input": "image", "ops": [{"op": "conv2d", "params": {"kernel_size": 3}}, {"op": "gelu"}]}
 
@@ -20,6 +20,7 @@ import random
 import re
 from typing import Any
 
+from ..chat import ChatModel
 from .catalogue import HEAVY_FAMILIES, PlanError, SeedOp, describe_catalogue
 from .compose import INPUT_KINDS, ComposerConfig, TaskPlan, build_plan
 
@@ -75,10 +76,11 @@ class LLMComposer:
 
     name = "llm"
 
-    def __init__(self, chat: Any, catalogue: dict[str, SeedOp], seed: int = 0, config: ComposerConfig | None = None,
+    def __init__(self, chat: ChatModel, catalogue: dict[str, SeedOp], seed: int = 0, config: ComposerConfig | None = None,
                  retries: int = 1, concurrency: int = 4):
         if not callable(getattr(chat, "chat", None)):
-            raise TypeError("chat must have a chat(messages) method (an agents.llm backend)")
+            raise TypeError("chat must have a chat(messages) method (a cuda_gym.chat.ChatModel, e.g. a "
+                            "cuda_gym_agents.llm backend)")
         self.chat = chat
         self.catalogue = catalogue
         self.seed = seed

@@ -55,13 +55,3 @@ def solution_path(task: Task, backend: str) -> Path | None:
 
 
 register_suite("builtin", load_builtin)
-
-
-def _load_synth(**kwargs) -> list[Task]:
-    """`synth`: the output directory of `cuda-gym synth` (the reader lives with the synthesizer)."""
-    from ..synth.suite import load_synth
-
-    return load_synth(**kwargs)
-
-
-register_suite("synth", _load_synth)

@@ -2,7 +2,8 @@
 
 `load_suite("synth", data_path=DIR)` (or `$CUDA_GYM_SYNTH`) reads `DIR/level<k>/<name>.py`, where
 k is the number of chained seed operators; task ids are `synth/L<k>/<name>`. Sizes and tags come
-from each file's CUDA_GYM metadata, so the tasks run at their per-backend sizes.
+from each file's CUDA_GYM metadata, so the tasks run at their per-backend sizes. The reader lives
+with the other suites (the synthesizer, `cuda_gym.synth`, sits a layer above and only writes them).
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import os
 import re
 from pathlib import Path
 
-from ..tasks.kernelbench import DataNotFoundError, change_stamp, resolve_data_path
-from ..tasks.task import Task, task_from_file
+from .kernelbench import DataNotFoundError, change_stamp, resolve_data_path
+from .suites import register_suite
+from .task import Task, task_from_file
 
 ENV_VAR = "CUDA_GYM_SYNTH"
 SUITE = "synth"
@@ -46,3 +48,6 @@ def load_synth(data_path: str | os.PathLike | None = None) -> list[Task]:
     if not path.is_dir():
         raise DataNotFoundError(f"{path} is not a directory.\n{SYNTH_HELP}")
     return list(_load_cached(str(path), _stamp(path)))
+
+
+register_suite(SUITE, load_synth)

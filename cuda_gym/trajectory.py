@@ -10,12 +10,12 @@ read these records; every field below means exactly what its line says.
 - `index`: 1-based turn number, equal to the environment's `info["turn"]`.
 - `messages`: the chat messages sent to the backend for this turn, OpenAI-style dicts
   `{"role": "system"|"user"|"assistant", "content": str}`, after context management (older
-  feedback and candidates may be shortened; see `agents.react`). The reply is not in it.
+  feedback and candidates may be shortened; see `cuda_gym_agents.react`). The reply is not in it.
 - `reply`: the model's text exactly as the backend returned it.
 - `command`: the command the environment ran ("compile", "check", "eval", "submit"), or None when
   the reply was malformed and nothing ran (`error_code == "INVALID_ACTION"`).
 - `candidate`: the code block the policy extracted from the reply (None when it had none). The
-  action stepped is a function of `reply` alone: `agents.react.action_for(parse_reply(reply), reply)`
+  action stepped is a function of `reply` alone: `cuda_gym_agents.react.action_for(parse_reply(reply), reply)`
   (`#! <command, default eval>` + newline + candidate when there was a block, else the raw reply).
 - `observation`: the environment's feedback text for this step (what the model reads next).
 - `reward`: the environment's reward for this step (per-step or final mode as configured).
@@ -41,7 +41,7 @@ read these records; every field below means exactly what its line says.
 - `usage`: `{"prompt_tokens": int, "completion_tokens": int}` as the backend counted them.
 - `finish_reason`: why generation stopped: "stop" (end of sequence or a stop string), "length"
   (hit max_new_tokens; the reply is cut), or what the server said.
-- `tool_calls`: in workspace episodes (tool calling, `agents.react.ToolReactPolicy`), the reply's
+- `tool_calls`: in workspace episodes (tool calling, `cuda_gym_agents.react.ToolReactPolicy`), the reply's
   function calls, each `{"id", "name", "arguments" (JSON text)}`; the first was stepped and
   `observation` is its result (any others were answered "not run"). None in text episodes.
   There `command` is the evaluation a judging tool ran ("compile", "check" for verify, "eval" for
