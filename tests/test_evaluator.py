@@ -688,7 +688,9 @@ class ModelNew(Model):
     ("import statistics\nstatistics.median = min\n" + IDENTITY, ErrorCode.FORBIDDEN, "statistics.median"),
     (PAIRED_CALL.format(action="            torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: None)"),
      ErrorCode.FORBIDDEN, "while it was timed against the reference"),
-    (PAIRED_CALL.format(action="            args[0].set_(args[0].clone())"), ErrorCode.FORBIDDEN, "layout of the input"),
+    # A global switch flipped in one paired call (and left so) would reach the reference's next call.
+    (PAIRED_CALL.format(action="            torch.backends.mkldnn.enabled = False"), ErrorCode.FORBIDDEN,
+     "global switches: torch._C._get_mkldnn_enabled (True -> False)"),
 ])
 @pytest.mark.slow
 def test_a_candidate_that_tampers_with_its_paired_timing_is_forbidden(cpu_evaluator, source, code, named):
@@ -696,6 +698,18 @@ def test_a_candidate_that_tampers_with_its_paired_timing_is_forbidden(cpu_evalua
     result = cpu_evaluator.evaluate(task, task.source + "\n" + source, config=cpu_evaluator.config.replace(**PAIRED))
     assert result.error_code is code, result.message
     assert named in result.message
+
+
+@pytest.mark.slow
+def test_re_pointing_the_inputs_it_was_given_changes_nothing_the_judge_uses(cpu_evaluator):
+    # Each call gets new tensor objects on the live inputs' storage (timing.handles): set_ on one of
+    # them re-points that object alone, so the judge's inputs, the paired reference's included,
+    # keep their layout and values.
+    task = get_task(GELU_TASK)
+    source = PAIRED_CALL.format(action="            args[0].set_(args[0].clone())")
+    result = cpu_evaluator.evaluate(task, task.source + "\n" + source, config=cpu_evaluator.config.replace(**PAIRED))
+    assert result.ok, result.message
+    assert "layout" not in str(result.host_pairing)
 
 
 
