@@ -27,12 +27,12 @@ exactly as a trial's is. Integer and boolean outputs must be equal (samples, sum
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .config import EvalConfig
-from .correctness import ELEMENTWISE_ATOL_SCALE, ToleranceFloor, judge_stats, output_stats
+from .correctness import ELEMENTWISE_ATOL_SCALE, ToleranceFloor, flatten_outputs, judge_stats, output_stats
 
 if TYPE_CHECKING:
     import torch
@@ -60,8 +60,8 @@ def _is_float_code(code: float) -> bool:
 
 
 class DigestMaker:
-    """Digests of a call's outputs (`__call__(outputs, input_index)`: one float64 array for all
-    outputs, their records one after the other). Everything random comes from `secret`, drawn in
+    """Digests of a call's outputs (`__call__(output, input_index)`, `output` as the forward returned
+    it: one float64 array for all its outputs, their records one after the other). Everything random comes from `secret`, drawn in
     the worker before the candidate loads."""
 
     def __init__(self, secret: int):
@@ -91,8 +91,9 @@ class DigestMaker:
             self._signs[key] = _random_signs(numel, kept, device)
         return self._signs[key][start:start + count]
 
-    def __call__(self, outputs: Sequence[Any], input_index: int) -> np.ndarray:
-        records = [self._record(value, input_index, position) for position, value in enumerate(outputs)]
+    def __call__(self, output: Any, input_index: int) -> np.ndarray:
+        records = [self._record(value, input_index, position)
+                   for position, value in enumerate(flatten_outputs(output))]
         return np.concatenate(records) if records else np.zeros(0)
 
     def _record(self, value: Any, input_index: int, output_index: int) -> np.ndarray:

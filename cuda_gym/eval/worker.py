@@ -497,19 +497,14 @@ def _reference_digests(setup: _TaskSetup, config: dict, digest: output_digest.Di
         for rep in range(config["timing_reps"]):
             which, shifts = variants[rep]
             inputs = setup.timing_sets[which]
-            record = digest(flatten_outputs(setup.model(*_variant(inputs, shifts))), rep)
+            record = digest(setup.model(*_variant(inputs, shifts)), rep)
             if not np.isfinite(record).all():  # this rotation breaks the task: use the set as is
                 variants[rep] = (which, [0] * len(shifts))
-                record = digest(flatten_outputs(setup.model(*_variant(inputs, variants[rep][1]))), rep)
+                record = digest(setup.model(*_variant(inputs, variants[rep][1])), rep)
             digests.append(record)
             if rep + 1 >= config["timing_min_reps"] and _perf_counter() - started > config["timing_budget_s"]:
                 break
     return variants[: len(digests)] + variants[len(variants) - warmup:], digests
-
-
-def _digest_of(digest: output_digest.DigestMaker) -> Any:
-    """The timers' checksum callable: (output, input index) -> the output's digest."""
-    return lambda output, index: digest(flatten_outputs(output), index)
 
 
 class _Audit:
@@ -554,7 +549,7 @@ def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, varian
         base, shifts = variants[which]
         _copy_rotated_into(live, setup.timing_sets[base], shifts)
 
-    return timer.run(model, live, load_variant, len(variants), _digest_of(digest), audit=audit, cover_sets=False)
+    return timer.run(model, live, load_variant, len(variants), digest, audit=audit, cover_sets=False)
 
 
 def _sample_seed(job: dict, draw_index: int) -> int:
@@ -1151,7 +1146,7 @@ class _PairedReference:
             _copy_rotated_into(live, setup.timing_sets[which], shifts)
 
         try:
-            result = time_pairs(self.device, model, self.model, live, load_input, _digest_of(self.digest),
+            result = time_pairs(self.device, model, self.model, live, load_input, self.digest,
                                 self.plan, after_call=after_call,
                                 audit=audit if config["policy"] == "strict" else None,
                                 warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))
