@@ -55,8 +55,8 @@ def measure(task, backend: str, secrets: int) -> dict:
 
     setup.prepare_trials(describe)
     floors = [[tolerance_floor(error, config) for error in draw] for draw in setup.reference_error]
-    widest = max([config.rel_norm_tolerance] + [f.rel_norm for draw in floors for f in draw if f])
-    row = {"task_id": task.id, "degenerate": degenerate_reason(samples, widest), "reference_error_skipped": setup.reference_error_skipped}
+    row = {"task_id": task.id, "degenerate": degenerate_reason(samples, floors, config),
+           "reference_error_skipped": setup.reference_error_skipped}
     reference = setup.reference_outputs[0] if setup.reference_outputs and setup.reference_outputs[0] is not None \
         else setup.reference_output(0)
     try:

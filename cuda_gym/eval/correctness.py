@@ -233,13 +233,25 @@ def compare(candidate: Sequence[Any], reference: Sequence[Any], *, cand_dtypes: 
     return TrialResult(distribution, True, worst["abs"], worst["rel"], worst["norm"])
 
 
-def degenerate_reason(draw_outputs: Sequence[Sequence[np.ndarray]], widest_rel_norm_tolerance: float) -> str:
+def widest_floor(floors: Sequence[Sequence[ToleranceFloor | None]]) -> ToleranceFloor | None:
+    """The widest widened tolerances of any trial's output (`floors`: per trial, per output), or
+    None where none is widened."""
+    widened = [floor for draw in floors for floor in draw if floor]
+    if not widened:
+        return None
+    return ToleranceFloor(rel_norm=max(f.rel_norm for f in widened), abs=max(f.abs for f in widened))
+
+
+def degenerate_reason(draw_outputs: Sequence[Sequence[np.ndarray]],
+                      floors: Sequence[Sequence[ToleranceFloor | None]], config: EvalConfig) -> str:
     """Why a task cannot tell a kernel from a constant, judged from its reference outputs on the trial
-    draws (samples, as the worker sends them) and the widest relative-norm tolerance any trial's
-    output is held to; '' where it can. A reference that is rounding noise (its widened tolerance
-    reaches 1, so a zero output would pass) is as degenerate as a constant one."""
+    draws (samples, as the worker sends them) and the widened tolerances of their outputs
+    (`floors`); '' where it can. A reference that is rounding noise (a relative-norm tolerance
+    widened to 1, so a zero output would pass) is as degenerate as a constant one."""
     reason = degeneracy(draw_outputs)
-    if not reason and widest_rel_norm_tolerance >= 1.0:
+    floor = widest_floor(floors)
+    widest = config.rel_norm_tolerance if floor is None else max(config.rel_norm_tolerance, floor.rel_norm)
+    if not reason and widest >= 1.0:
         reason = "the fp32 reference output is rounding noise: a zero output is within its widened tolerance"
     return reason or ""
 

@@ -31,7 +31,7 @@ from ..tasks.task import Task
 from .baselines import BaselineCache, baseline_key
 from .candidate import Candidate, InvalidCandidate, parse_candidate
 from .config import EvalConfig, device_time, held_timing_enabled
-from .correctness import ToleranceFloor, compare, degenerate_reason, judge_stats, tolerance_floor
+from .correctness import ToleranceFloor, compare, degenerate_reason, judge_stats, tolerance_floor, widest_floor
 from .logs import trim_compile_log
 from .pool import (READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, remove_orphaned_scratch,
                    run_job)
@@ -853,7 +853,7 @@ class _Judgement:
         noise = self._read_reference_error(message.meta.get("reference_error"))
         if self.degenerate is None:  # not yet known for this task (Evaluator keeps it with the baselines)
             self.degenerate = degenerate_reason(self.reference[: self.config.correctness_trials],
-                                                self._widest_rel_norm_tolerance())
+                                                self.tolerance_floors, self.config)
         reason = self.degenerate
         warnings = [f"{reason}; this task cannot tell a kernel from a constant, so speed earns nothing here "
                     "(reward at most 1)"] if reason else []
@@ -901,18 +901,6 @@ class _Judgement:
                 f"those draws are judged at {self.config.reference_noise_multiple:g} times the reference's own error: "
                 f"relative error up to {max(rel_norm):.3g}, every element within {widest_abs:.3g} "
                 "(EvalResult.reference_error)")
-
-    def _widest_floor(self) -> ToleranceFloor | None:
-        """The widest widened tolerances of any trial's output (None where none is widened)."""
-        floors = [floor for floors in self.tolerance_floors for floor in floors if floor]
-        if not floors:
-            return None
-        return ToleranceFloor(rel_norm=max(f.rel_norm for f in floors), abs=max(f.abs for f in floors))
-
-    def _widest_rel_norm_tolerance(self) -> float:
-        """The widest relative-norm tolerance of any trial's output (the policy's where none is widened)."""
-        return max([self.config.rel_norm_tolerance] + [floor.rel_norm for floors in self.tolerance_floors
-                                                       for floor in floors if floor])
 
     def _on_trial(self, message: Message) -> bool:
         meta = message.meta
@@ -1021,7 +1009,7 @@ class _Judgement:
             return
         # Where the reference is rounding noise, the widest widened tolerance stands for every timed
         # call (their inputs are draws whose reference error was not measured).
-        floor = self._widest_floor()
+        floor = widest_floor(self.tolerance_floors)
         expected = self.timing_digests
         for rep, (which, got) in enumerate(zip(inputs, digests)):
             if not isinstance(which, int) or not 0 <= which < len(expected):
@@ -1083,7 +1071,7 @@ class _Judgement:
         if not rows or any(int(row[0]) not in candidate or int(row[0]) not in reference for row in rows):
             self.verdict(ErrorCode.FORBIDDEN, "the paired timing report lacks output digests of some pairs")
             return
-        floor = self._widest_floor()
+        floor = widest_floor(self.tolerance_floors)
         ratios, candidate_ms, reference_ms = [], [], []
         for index, cand_ms, ref_ms in rows:
             want, got = reference[int(index)], candidate[int(index)]

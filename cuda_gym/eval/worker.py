@@ -781,9 +781,8 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
         channel.send("baseline_reference_error", setup.reference_error_meta())
     # Whether the task can tell a kernel from a constant, decided here once per task (no candidate
     # code has run in this process) from the same draws and tolerances an eval worker's judge sees.
-    widest = max([setup.stats_config.rel_norm_tolerance] + [floor.rel_norm for index in range(setup.trial_count)
-                                                            for floor in setup.tolerance_floors(index) if floor])
-    channel.send("baseline_degenerate", {"reason": degenerate_reason(samples, widest)})
+    floors = [setup.tolerance_floors(index) for index in range(setup.trial_count)]
+    channel.send("baseline_degenerate", {"reason": degenerate_reason(samples, floors, setup.stats_config)})
 
 
 def _run_prewarm(channel: _Channel, job: dict, device: str) -> None:
