@@ -46,7 +46,7 @@ SKETCH_MARGIN = 1.5
 HEADER = 4  # dtype code, element count, sum, squared L2 norm
 # Elements per chunk of the full-output passes (a multiple of the bucket count): temporaries stay
 # small on either device.
-_CHUNK = {"cuda": SKETCH_BUCKETS << 14, "cpu": SKETCH_BUCKETS << 12}
+_CHUNK = {"cuda": SKETCH_BUCKETS << 16, "cpu": SKETCH_BUCKETS << 12}
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
 NOT_A_PLAIN_TENSOR = -1.0  # dtype code of an output that is not a plain tensor (a subclass can defer work)
 
@@ -114,7 +114,9 @@ class DigestMaker:
             samples = flat.double()
         else:
             samples = flat[torch.randint(0, numel, (SAMPLES,), generator=generator, device=flat.device)].double()
-        total, l2sq = 0.0, 0.0
+        # Sums, norm and sketch stay on the output's device until one copy at the end: on a GPU a
+        # chunk's reductions queue behind each other, with no wait for the device until then.
+        sums = torch.zeros(2, dtype=torch.float64, device=flat.device)  # sum, squared L2 norm
         sketch = torch.zeros(SKETCH_BUCKETS, dtype=torch.float64, device=flat.device)
         chunk_size = _CHUNK["cuda" if flat.is_cuda else "cpu"]
         for start in range(0, numel, chunk_size):
@@ -123,14 +125,14 @@ class DigestMaker:
                 chunk = chunk.double()
             # Reductions accumulate in float64 without a float64 copy of the chunk; a sign flip is
             # exact in any dtype, so the signed chunk stays in the output's.
-            total += float(chunk.sum(dtype=torch.float64))
-            l2sq += float(torch.linalg.vector_norm(chunk, dtype=torch.float64)) ** 2
+            sums[0] += chunk.sum(dtype=torch.float64)
+            sums[1] += torch.linalg.vector_norm(chunk, dtype=torch.float64).square()
             signed = chunk * self._signs_for(output_index, numel, start, chunk.numel(), generator)
             whole = chunk.numel() - chunk.numel() % SKETCH_BUCKETS
             sketch += signed[:whole].view(-1, SKETCH_BUCKETS).sum(0, dtype=torch.float64)
             sketch[: chunk.numel() - whole] += signed[whole:].double()
-        header = [_dtype_code(str(value.dtype).replace("torch.", "")), float(numel), total, l2sq]
-        return np.concatenate([np.array(header), sketch.cpu().numpy(), samples.cpu().numpy()])
+        header = np.array([_dtype_code(str(value.dtype).replace("torch.", "")), float(numel)])
+        return np.concatenate([header, torch.cat([sums, sketch, samples]).cpu().numpy()])
 
 
 KEPT_SIGNS_MAX = 1 << 24  # outputs up to this many elements keep their sketch signs (int8: 16 MiB at most)
