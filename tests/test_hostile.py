@@ -111,7 +111,7 @@ def judge_hostile(evaluator: Evaluator, path: Path, backend: str, cache_dir: str
         pytest.skip("held timer repeats are off in this evaluator (CUDA_GYM_TIMER_HOLD=0 or no hold kernel)")
     task = get_task(fields["task"])
     expected = fields["expected"]
-    config = dataclasses.replace(evaluator.config, eval_timeout_s=20.0, compile_timeout_s=30.0)
+    config = dataclasses.replace(evaluator.config, eval_timeout_s=40.0, compile_timeout_s=30.0)
     source = path.read_text()
     listener = _Listener() if PORT_PLACEHOLDER in source else None
     if listener:

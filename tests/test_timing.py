@@ -95,23 +95,3 @@ def test_a_tiny_kernel_with_host_bound_calls_keeps_its_held_time():
                                     repeats(0.008, 36, jitter=0), repeats(0.02, 36, jitter=0),
                                     repeats(0.001, 36, jitter=0), hold_ms=0.06)
     assert flags == [] and stats.median_ms == pytest.approx(0.02)
-
-
-def test_rotated_inputs_load_in_place_as_torch_roll_orders_them():
-    # The timed calls' and the pairs' fresh inputs (worker._copy_rotated_into) must be exactly the
-    # rotated copies the trials' checksums were made from (worker._variant), in place.
-    import torch
-
-    from cuda_gym.eval import worker
-
-    generator = torch.Generator().manual_seed(0)
-    values = [torch.randn(6, 7, generator=generator), torch.randn(5, 4, generator=generator).t(),
-              torch.arange(9, dtype=torch.int64), torch.randn(3, generator=generator), 2.5]
-    for shifts in ([1, 3, 8, 0, 0], [41, 19, 1, 2, 0], [0, 0, 0, 0, 0]):
-        live = [worker._clone(v) for v in values]
-        live[1] = torch.empty(5, 4).t()  # a non-contiguous live tensor takes the plain path
-        addresses = [v.data_ptr() if isinstance(v, torch.Tensor) else None for v in live]
-        worker._copy_rotated_into(live, values, shifts)
-        for got, want, address in zip(live, worker._variant(values, shifts), addresses):
-            if isinstance(want, torch.Tensor):
-                assert torch.equal(got, want) and got.data_ptr() == address

@@ -43,6 +43,8 @@ from . import fastbuild, guard, memory, output_digest, protocol, sandbox
 from .config import EvalConfig, device_time
 from .correctness import (Draw, ToleranceFloor, degenerate_reason, draw_label, flatten_outputs, make_draw,
                           output_stats, reshuffle, tolerance_floor)
+from .timed_inputs import (InputsChanged, TimedInput, TimedLoader, copy_into, fresh_draw, rotated, same_inputs,
+                           secret_shifts)
 from .timing import MAX_EXTRA_WARMUPS, PAIRS, ReferenceCallFailed, Timer, handles, prepare_hold, time_pairs
 
 _perf_counter = time.perf_counter
@@ -221,6 +223,7 @@ class _TaskSetup:
         self.distributions: list[str] = []
         self.reference_outputs: list[list[torch.Tensor] | None] = []
         self.timing_sets: list[list[Any]] = []
+        self.rotated_why = "not checked yet"  # why the timed calls rotate the timing sets ('' : fresh draws)
         used = memory.device_used_bytes(device)
         # The first reference pass measures the outputs and the reference's own workspace (beyond
         # its copy of the inputs, which the plan counts apart).
@@ -423,7 +426,9 @@ class _TaskSetup:
         return [tolerance_floor(error, self.stats_config) for error in self.reference_error[index]]
 
     def prepare_timing_sets(self) -> None:
-        """The resident timing input sets: the draws after the trials' (the same in every worker)."""
+        """The resident timing input sets: the draws after the trials' (the same in every worker).
+        Then whether the task's inputs can be drawn afresh for every timed call: the same seed
+        must give the same values twice (timed_inputs)."""
         first = self.trial_count
         for index in range(first, first + self.plan.timing_sets):
             draw = self.draw(index)
@@ -433,6 +438,31 @@ class _TaskSetup:
             self.timing_sets.append(draw.inputs)
         if not self.timing_sets:  # no room for another set: every timed call rotates the base inputs
             self.timing_sets.append(self.base)
+        seed = secrets.randbits(62)
+        try:
+            repeatable = same_inputs(self._fresh(seed), self._fresh(seed))
+            self.rotated_why = "" if repeatable else "the task's get_inputs() gives other values under the same seed"
+        except Exception as exc:  # noqa: BLE001 - the rotations stand
+            self.rotated_why = f"the task's get_inputs() raised {type(exc).__name__}: {exc}"[:300]
+
+    def _fresh(self, seed: int) -> list[Any]:
+        return fresh_draw(self.namespace["get_inputs"], seed, self.device)
+
+    def secret_timed_input(self, chooser: random.SystemRandom, index: int, plain: bool = False) -> TimedInput:
+        """Timed call `index`'s input: a fresh draw under a secret seed, or where the task's draws
+        cannot be made again (`rotated_why`), timing set index mod sets rotated by secret shifts
+        (`plain`: not rotated, the fallback where the rotation breaks the task)."""
+        if not self.rotated_why:
+            return TimedInput(chooser.getrandbits(62))
+        which = index % len(self.timing_sets)
+        shifts = (0,) * len(self.timing_sets[which]) if plain else secret_shifts(chooser, self.timing_sets[which])
+        return TimedInput(None, which, shifts)
+
+    def timed_values(self, timed: TimedInput) -> list[Any]:
+        """The values of a timed input (a new list of new tensors)."""
+        if timed.seed is not None:
+            return self._fresh(timed.seed)
+        return rotated(self.timing_sets[timed.which], timed.shifts)
 
     def release_reference_outputs(self) -> None:
         self.reference_outputs = [None] * len(self.reference_outputs)
@@ -441,66 +471,27 @@ def _finite(outputs: list[torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(o).all()) for o in outputs if o.is_floating_point())
 
 
-def _variant(inputs: list[Any], shifts: list[int]) -> list[Any]:
-    """`inputs` with each tensor's elements rotated by its shift (same values, new positions)."""
-    return [torch.roll(v.reshape(-1), s).reshape(v.shape) if isinstance(v, torch.Tensor) and s else _clone(v)
-            for v, s in zip(inputs, shifts)]
-
-
-def _secret_shifts(chooser: random.SystemRandom, inputs: list[Any]) -> list[int]:
-    """A random rotation for each tensor of `inputs` with more than one element (0 for the rest)."""
-    return [chooser.randrange(1, v.numel()) if isinstance(v, torch.Tensor) and v.numel() > 1 else 0 for v in inputs]
-
-
-def _copy_into(live: list[Any], values: list[Any]) -> None:
-    """Copy `values` into the live input tensors in place (same addresses, new values)."""
-    for dst, src in zip(live, values):
-        if isinstance(dst, torch.Tensor):
-            dst.copy_(src)
-
-
-def _copy_rotated_into(live: list[Any], values: list[Any], shifts: list[int]) -> None:
-    """`_copy_into(live, _variant(values, shifts))` without the intermediate copy: each tensor's
-    elements land rotated by its shift (torch.roll's order) straight in the live tensor."""
-    for dst, src, shift in zip(live, values, shifts):
-        if not isinstance(dst, torch.Tensor):
-            continue
-        if not shift or not dst.is_contiguous():
-            _copy_into([dst], _variant([src], [shift]))
-            continue
-        out, flat = dst.view(-1), src.reshape(-1)
-        shift %= flat.numel()
-        out[shift:].copy_(flat[:flat.numel() - shift])
-        out[:shift].copy_(flat[flat.numel() - shift:])
-
-
 def _reference_digests(setup: _TaskSetup, config: dict, digest: output_digest.DigestMaker) -> tuple[list, list]:
     """Run the reference here, before any candidate code exists in this process, on the inputs the
-    candidate's timed calls will get: one fresh input per call (input set k mod sets, each tensor
-    rotated by a secret random shift, so nothing can be cached across calls or precomputed).
-    Returns the variants for the candidate's timer (as many timed calls as the reference made
-    within the timing budget, then the warm-up inputs) and the digest of the reference's outputs
-    for each timed call (output_digest: what the candidate's call k is compared with). (The
-    reference is not timed here: its times come from the baseline workers. Timing it in this
-    worker too did not narrow the spread between workers on the H200 and cost up to 0.37 s per
-    evaluation: docs/benchmarks.md.)"""
+    candidate's timed calls will get: a fresh draw of the task's inputs per call under a secret
+    seed (timed_inputs; secret rotations of the timing sets where the task's draws cannot be made
+    again). Returns the TimedInputs for the candidate's timer (as many timed calls as the reference
+    made within the timing budget, then the warm-up inputs) and the digest of the reference's
+    outputs for each timed call (output_digest: what the candidate's call k is compared with). (The
+    reference is not timed here: its times come from the baseline workers.)"""
     chooser = random.SystemRandom()
     warmup = config["warmup_reps"]
-    variants = []
-    for index in range(warmup + config["timing_reps"]):
-        which = index % len(setup.timing_sets)
-        base = setup.timing_sets[which]
-        variants.append((which, _secret_shifts(chooser, base)))
+    variants = [setup.secret_timed_input(chooser, index) for index in range(warmup + config["timing_reps"])]
     digests: list[np.ndarray] = []
     started = _perf_counter()
     with torch.no_grad():
         for rep in range(config["timing_reps"]):
-            which, shifts = variants[rep]
-            inputs = setup.timing_sets[which]
-            record = digest(setup.model(*_variant(inputs, shifts)), rep)
-            if not np.isfinite(record).all():  # this rotation breaks the task: use the set as is
-                variants[rep] = (which, [0] * len(shifts))
-                record = digest(setup.model(*_variant(inputs, variants[rep][1])), rep)
+            record = digest(setup.model(*setup.timed_values(variants[rep])), rep)
+            for _ in range(3):  # a draw whose reference output is not finite is replaced
+                if np.isfinite(record).all():
+                    break
+                variants[rep] = setup.secret_timed_input(chooser, rep, plain=True)
+                record = digest(setup.model(*setup.timed_values(variants[rep])), rep)
             digests.append(record)
             if rep + 1 >= config["timing_min_reps"] and _perf_counter() - started > config["timing_budget_s"]:
                 break
@@ -539,17 +530,19 @@ class _Audit:
 def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, variants: list,
                 digest: output_digest.DigestMaker, audit: _Audit | None = None) -> tuple[Any, list[str], list]:
     """Timer.run over the secret `variants` (a fresh input per call; the candidate's calls partly
-    audited), each call's outputs digested (output_digest) right after it."""
+    audited), each call's outputs digested (output_digest) right after it, then its inputs
+    checked unchanged (timed_inputs.InputsChanged)."""
     timer = Timer(device, warmup_reps=config["warmup_reps"], reps=len(variants) - config["warmup_reps"],
                   min_reps=config["timing_min_reps"], budget_s=config["timing_budget_s"],
                   l2_flush=config["l2_flush"], warmup_s=config.get("timing_warmup_s", 0.0))
-    live = [_clone(v) for v in setup.timing_sets[0]]
+    loader = TimedLoader([_clone(v) for v in setup.timing_sets[0]], variants, setup.timed_values)
 
-    def load_variant(which: int) -> None:
-        base, shifts = variants[which]
-        _copy_rotated_into(live, setup.timing_sets[base], shifts)
+    def check(output: Any, which: int) -> np.ndarray:
+        record = digest(output, which)  # first: nothing else reads the outputs before their digest
+        loader.verify()
+        return record
 
-    return timer.run(model, live, load_variant, len(variants), digest, audit=audit, cover_sets=False)
+    return timer.run(model, loader.live, loader.load, len(variants), check, audit=audit, cover_sets=False)
 
 
 def _sample_seed(job: dict, draw_index: int) -> int:
@@ -569,6 +562,7 @@ def _stats_meta(stats: Any) -> dict:
     return dict(stats.__dict__)
 
 
+TIMED_INPUTS_ROTATED_FLAG = "timed_inputs_rotated"  # the task's draws cannot be repeated: timed_inputs
 _COMPILE_WORDS = re.compile(r"torch\.compile|_dynamo|_inductor")
 
 
@@ -818,7 +812,7 @@ def _pair_baselines(compiled: Any, model: Any, setup: _TaskSetup, device: str, c
     live = [_clone(v) for v in setup.timing_sets[0]]
 
     def load_input(index: int) -> None:
-        _copy_into(live, setup.timing_sets[index % len(setup.timing_sets)])
+        copy_into(live, setup.timing_sets[index % len(setup.timing_sets)])
 
     chooser = random.SystemRandom()
     plan = [(chooser.random() < 0.5, False) for _ in range(PAIRS[1])]
@@ -865,6 +859,8 @@ def _failure(exc: BaseException, tamper: Any, device: str, plan: Any, during: st
     if changes:
         return "FORBIDDEN", (f"{during} raised {type(exc).__name__}: {exc} (the candidate changed the evaluation "
                              f"process: {', '.join(changes)})")
+    if isinstance(exc, InputsChanged):
+        return "INCORRECT", str(exc)
     if _is_oom(exc):
         return "OUT_OF_MEMORY", memory.out_of_memory_message(device, plan, f"the candidate ({during})")
     return "RUNTIME_ERROR", f"{during} raised {type(exc).__name__}: {exc}"
@@ -960,7 +956,10 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         code, message = _failure(exc, tamper, device, plan, "a timed call")
         _error(channel, code, message, traceback=traceback.format_exc(limit=8))
         return
+    if setup.rotated_why:  # the weaker scheme: rotations of resident sets (timed_inputs)
+        timing_flags = [*timing_flags, TIMED_INPUTS_ROTATED_FLAG]
     timing_meta = {"stats": _stats_meta(stats), "flags": timing_flags, "digest_inputs": [which for which, _ in digests],
+                   "timed_inputs": setup.rotated_why or "fresh draws",
                    "audit": audit.meta(), "tampered": tamper.changes()}
     channel.send("timing", timing_meta, [record for _, record in digests])
     clock.mark("timing")
@@ -1070,14 +1069,13 @@ class _PairedReference:
         if setup.pairing_unplanned:
             self.error = setup.pairing_unplanned
             return
-        rotate = all(any(shifts) or not any(isinstance(v, torch.Tensor) and v.numel() > 1
-                                            for v in setup.timing_sets[which]) for which, shifts in variants)
-        if not rotate:
+        fresh = all(timed.seed is not None or any(timed.shifts) or not any(
+            isinstance(v, torch.Tensor) and v.numel() > 1 for v in setup.timing_sets[timed.which]) for timed in variants)
+        if not fresh:
             self.error = "rotated inputs break this task, so paired inputs would repeat"
             return
         chooser = random.SystemRandom()
-        self.inputs = [(which, _secret_shifts(chooser, setup.timing_sets[which]))
-                       for which in (index % len(setup.timing_sets) for index in range(MAX_EXTRA_WARMUPS + PAIRS[1]))]
+        self.inputs = [setup.secret_timed_input(chooser, index) for index in range(MAX_EXTRA_WARMUPS + PAIRS[1])]
         self.plan = [(chooser.random() < 0.5, chooser.random() < 0.25) for _ in range(PAIRS[1])]
         self.digest = output_digest.DigestMaker(secrets.randbits(62))
         try:
@@ -1135,17 +1133,21 @@ class _PairedReference:
                 raise _PairingTampered("global switches: " + ", ".join(switched))
 
         after_call()
-        live = [_clone(v) for v in setup.timing_sets[0]]
-        layout = [_layout(v) for v in live]
+        loader = TimedLoader([_clone(v) for v in setup.timing_sets[0]], self.inputs, setup.timed_values)
+        layout = [_layout(v) for v in loader.live]
 
         def load_input(index: int) -> None:
-            if [_layout(v) for v in live] != layout:
+            if [_layout(v) for v in loader.live] != layout:
                 raise _PairingTampered("the layout of the input tensors (address, shape, strides)")
-            which, shifts = self.inputs[index]
-            _copy_rotated_into(live, setup.timing_sets[which], shifts)
+            loader.load(index)
+
+        def check(output: Any, index: int) -> np.ndarray:
+            record = self.digest(output, index)  # first: nothing else reads the outputs before their digest
+            loader.verify()
+            return record
 
         try:
-            result = time_pairs(self.device, model, self.model, live, load_input, self.digest,
+            result = time_pairs(self.device, model, self.model, loader.live, load_input, check,
                                 self.plan, after_call=after_call,
                                 audit=audit if config["policy"] == "strict" else None,
                                 warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))

@@ -1,0 +1,126 @@
+"""The inputs of the timed calls: a fresh draw of the task's own inputs for every call.
+
+Each timed call (the candidate's, a baseline's, a paired reference's) gets the task's
+`get_inputs()` run again under its own secret seed (torch's, NumPy's and Python's global random
+streams seeded for the draw and restored after it), made on the device right before the call and
+copied into the live input tensors: values no call has seen, from the task's own distribution
+and structure. A candidate cannot cache an output by address, by content, or by content up to a
+rearrangement: a rotation of a few resident sets, the earlier scheme, let an elementwise
+candidate find each call's shift and return a view of an output it had cached.
+
+A task whose `get_inputs()` does not give the same values twice under one seed (it reads another
+random source) cannot have its reference outputs made ahead for the same inputs. Its timed calls
+fall back to secret rotations of the resident timing sets (`rotated_inputs`), and the verdict
+says so: the weaker scheme.
+
+After each checked call the live inputs are compared with the draw they were loaded from
+(`TimedLoader.verify`): a forward that changes its inputs in a timed call is as wrong as one that
+does so in a trial.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+_fork_rng, _manual_seed, _equal = torch.random.fork_rng, torch.manual_seed, torch.equal
+
+
+@dataclass(frozen=True)
+class TimedInput:
+    """One timed call's input: a fresh draw under `seed`, or (seed None) resident timing set
+    `which` with each tensor rotated by its entry of `shifts`."""
+
+    seed: int | None
+    which: int = 0
+    shifts: tuple[int, ...] = field(default_factory=tuple)
+
+
+class InputsChanged(Exception):
+    """The forward changed its inputs in a checked timed call."""
+
+
+def fresh_draw(get_inputs: Callable[[], Any], seed: int, device: str) -> list[Any]:
+    """`get_inputs()` on `device` with the global random streams seeded from `seed`, then restored
+    (the process's later random draws are what they would have been without this one)."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    devices = [torch.cuda.current_device()] if device == "cuda" else []
+    try:
+        with _fork_rng(devices=devices), torch.device(device):
+            _manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed % (1 << 32))
+            return [v.to(device) if isinstance(v, torch.Tensor) else v for v in get_inputs()]
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values, NaN where the other has NaN (torch.equal alone calls NaN unequal to itself)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if _equal(a, b):
+        return True
+    return a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def same_inputs(first: list[Any], second: list[Any]) -> bool:
+    """Whether two input lists hold the same values (tensors element for element, others equal)."""
+    if len(first) != len(second):
+        return False
+    for a, b in zip(first, second):
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and _same_tensor(a, b)):
+                return False
+        elif a != b:
+            return False
+    return True
+
+
+def secret_shifts(chooser: random.SystemRandom, inputs: list[Any]) -> tuple[int, ...]:
+    """A random rotation for each tensor of `inputs` with more than one element (0 for the rest)."""
+    return tuple(chooser.randrange(1, v.numel()) if isinstance(v, torch.Tensor) and v.numel() > 1 else 0
+                 for v in inputs)
+
+
+def rotated(inputs: list[Any], shifts: tuple[int, ...] | list[int]) -> list[Any]:
+    """`inputs` with each tensor's elements rotated by its shift (same values, new positions)."""
+    return [torch.roll(v.reshape(-1), s).reshape(v.shape) if isinstance(v, torch.Tensor) and s
+            else (v.clone() if isinstance(v, torch.Tensor) else v)
+            for v, s in zip(inputs, shifts)]
+
+
+def copy_into(live: list[Any], values: list[Any]) -> None:
+    """Copy `values` into the live input tensors in place (same addresses, new values)."""
+    for dst, src in zip(live, values):
+        if isinstance(dst, torch.Tensor):
+            dst.copy_(src)
+
+
+class TimedLoader:
+    """Loads timed input k into the live tensors (`load`), keeping what was loaded until the call's
+    outputs are checked (`verify`). `make(TimedInput)` makes an input's values."""
+
+    def __init__(self, live: list[Any], inputs: list[TimedInput], make: Callable[[TimedInput], list[Any]]):
+        self.live, self.inputs, self.make = live, inputs, make
+        self._loaded: list[Any] | None = None
+
+    def load(self, index: int) -> None:
+        self._loaded = None  # freed before the next draw is made
+        self._loaded = self.make(self.inputs[index])
+        copy_into(self.live, self._loaded)
+
+    def verify(self) -> None:
+        """Raises InputsChanged where the live inputs differ from what was loaded."""
+        loaded, self._loaded = self._loaded, None
+        if loaded is None:
+            return
+        changed = [i for i, (now, was) in enumerate(zip(self.live, loaded))
+                   if isinstance(now, torch.Tensor) and not _same_tensor(now, was)]
+        if changed:
+            raise InputsChanged(f"the forward modified its input(s) {changed} in a timed call; inputs must stay "
+                                "unchanged")

@@ -1,0 +1,78 @@
+"""Timed calls' inputs (cuda_gym.eval.timed_inputs): a fresh draw per call that can be made again
+for the reference's digest, loaded in place, and checked unchanged after the call."""
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from cuda_gym.eval.timed_inputs import (InputsChanged, TimedInput, TimedLoader, fresh_draw, rotated, same_inputs,
+                                        secret_shifts)
+
+
+def get_inputs():
+    return [torch.randn(16, 8), torch.randint(0, 10, (5,)), 3]
+
+
+def test_a_seed_gives_the_same_draw_twice_and_another_seed_another():
+    first, again, other = fresh_draw(get_inputs, 11, "cpu"), fresh_draw(get_inputs, 11, "cpu"), fresh_draw(get_inputs, 12, "cpu")
+    assert same_inputs(first, again)
+    assert not same_inputs(first, other)
+
+
+def test_a_draw_leaves_the_global_random_streams_as_they_were():
+    torch.manual_seed(5)
+    random.seed(5)
+    np.random.seed(5)
+    expected = (torch.rand(3), random.random(), np.random.rand())
+    torch.manual_seed(5)
+    random.seed(5)
+    np.random.seed(5)
+    fresh_draw(lambda: [torch.rand(4), random.random(), np.random.rand()], 99, "cpu")
+    got = (torch.rand(3), random.random(), np.random.rand())
+    assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
+
+
+def test_numpy_and_python_draws_are_seeded_too():
+    def numpy_inputs():
+        return [torch.from_numpy(np.random.rand(6)), random.random()]
+
+    assert same_inputs(fresh_draw(numpy_inputs, 3, "cpu"), fresh_draw(numpy_inputs, 3, "cpu"))
+
+
+def test_an_unrepeatable_draw_is_told_apart():
+    counter = iter(range(100))
+
+    def drifting():
+        return [torch.full((4,), float(next(counter)))]
+
+    assert not same_inputs(fresh_draw(drifting, 1, "cpu"), fresh_draw(drifting, 1, "cpu"))
+
+
+def test_nan_inputs_count_as_unchanged():
+    a = torch.tensor([1.0, float("nan")])
+    assert same_inputs([a], [a.clone()])
+
+
+def test_loader_copies_in_place_and_catches_a_changed_input():
+    seeds = [TimedInput(1), TimedInput(2)]
+    live = [torch.zeros(16, 8), torch.zeros(5, dtype=torch.int64), 3]
+    addresses = [live[0].data_ptr(), live[1].data_ptr()]
+    loader = TimedLoader(live, seeds, lambda timed: fresh_draw(get_inputs, timed.seed, "cpu"))
+    loader.load(0)
+    assert same_inputs(live, fresh_draw(get_inputs, 1, "cpu"))
+    assert [live[0].data_ptr(), live[1].data_ptr()] == addresses
+    loader.verify()  # unchanged: passes
+    loader.load(1)
+    live[0].mul_(2.0)  # what a forward that works in place on its input does
+    with pytest.raises(InputsChanged, match=r"input\(s\) \[0\]"):
+        loader.verify()
+
+
+def test_rotated_fallback_keeps_the_values_and_moves_them():
+    chooser = random.SystemRandom()
+    values = [torch.arange(12.0).reshape(3, 4), torch.arange(5), 7]
+    shifts = secret_shifts(chooser, values)
+    assert shifts[0] > 0 and shifts[1] > 0 and shifts[2] == 0
+    moved = rotated(values, shifts)
+    assert torch.equal(moved[0].reshape(-1), values[0].reshape(-1).roll(shifts[0])) and moved[2] == 7
