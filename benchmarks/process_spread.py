@@ -9,8 +9,7 @@ baseline timed in another can be compared; the two timings inside a process show
 
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/process_spread.py --tasks kernelbench/L3/19_MobileNetV1 --out $OUT
 
-Writes process_spread_<backend>_<date>.json into --out. (The first H200 run, call1, also tried the
-timing thread pinned to one core after set-up; it did not help and the option was removed.)
+Writes process_spread_<backend>_<date>.json into --out.
 """
 from __future__ import annotations
 

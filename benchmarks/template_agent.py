@@ -18,9 +18,7 @@ so a run cut by its time limit keeps everything it measured.
 A run cut by the device's time limit continues with `--resume <its JSON>`: verdicts for the
 configurations judged now are kept when the candidate's text is the same (its sha256 is in the row),
 and the evaluator's baseline cache ($CUDA_GYM_CACHE/baselines.json), carried along, saves the
-baselines already measured (session 10 timed 78 tasks over three calls, at 10.6 s per task;
-docs/template-agent.md). `benchmarks/results/baselines_cuda_h200_*.json` are such cache files from
-the H200, to copy into $CUDA_GYM_CACHE.
+baselines already measured.
 
 What the JSON means: "correct" is phase A's check verdict; every speedup comes from a phase B
 verdict (phase A times one call against no baseline, so it reports `a_check_ms`, never a speedup).
@@ -30,23 +28,10 @@ verdict (phase A times one call against no baseline, so it reports `a_check_ms`,
     vs torch.compile and candidate median; and per suite and level: tasks, covered, judged, correct,
     phase B's count and geomeans vs eager and vs compile over the same tasks.
 
-Measured on the H200 (session 8, template_agent_cuda_h200_2026-12-02.json): phase A judged all 232
-covered tasks in 364 s (1.57 s per verdict), phase B took ~20 s per task, so 4 tasks got speedups in a
-480 s budget. The estimate that planned it, from measured parts: planning took 11 s for
-257 tasks; a native build of a template candidate takes ~2-2.5 s of one core (nvcc, measured on a
-2-core machine) and 8 build workers run at once on the 16-core host, so builds (~60 s for 232) stay
-ahead of the device. The device is the limit: a warm eval worker's verdict with cached builds and
-baselines was 0.43 s at 50 timed reps, and a back-to-back stream ran at 1.2-1.5 s per candidate
-(the next spare's warm-up is on the path; docs/benchmarks.md, docs/scaling.md); the check judge
-drops the timing (~0.2 s). So ~1.0 s per small task; the ~20 covered tasks with 100-370 ms candidates
-(the direct transposed convolutions) cost ~6 candidate calls plus 5 reference calls each, ~2-4 s.
-Phase A: ~210 x 1.0 s + ~22 x 3 s = ~280 s, so a 480 s budget (phase A capped at 0.75 x 480 = 360 s)
-should judge all 232 covered tasks in phase A (the last run judged 35 in 195 s: 5.5 s per verdict,
-a fresh eager baseline worker with its timing, then the candidate's full timing). Phase B has the
-rest, ~190 s: each task measures eager and torch.compile in 2 fresh workers (3 when the first two
-disagree by > 2%), each a process start, a cold torch.compile, warm-ups and ~1 s of timing per
-baseline: `cuda-gym run` measured ~15 s per task for that on the H200 (docs/scaling.md,
-run_cuda_h200_cold_2026-12-02.json), so ~15-25 s per task here and ~8-12 tasks get speedups vs compile.
+Budget: on an H200 the device is the limit (builds of 8 workers stay ahead of it). Phase A costs
+about 1.5 s per verdict, so a 480 s budget with phase A capped at 0.75 of it judges every covered
+task; phase B measures both baselines in fresh workers at about 15-25 s per task. The measured run
+is in docs/template-agent.md.
 """
 from __future__ import annotations
 
@@ -183,7 +168,7 @@ def _carried(previous: dict[str, dict], task_id: str, knobs: dict, free: set[str
     """The fields of phase `phase` ("a" or "b") that a previous run's row holds for `task_id` when it
     judged the same candidate text (`sha`, its `source_sha`) in the same configuration, else {}. A knob the
     earlier run did not have yet counts as the same when the plan cannot change it (`free` names the
-    knobs it can). A row without a sha (results before session 12) is never carried."""
+    knobs it can). A row without a sha is never carried."""
     row = previous.get(task_id) or {}
     old = row.get(f"{phase}_knobs")
     if f"{phase}_error_code" not in row or not isinstance(old, dict):
