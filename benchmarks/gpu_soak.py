@@ -11,7 +11,7 @@ used memory back where it started, and the driver's memory flat.
 
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/gpu_soak.py --n 1000 --out $OUT            # an H200 host
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/gpu_soak.py --n 400 --resume --out $OUT    # in pieces
-    python benchmarks/gpu_soak.py --resume benchmarks/results/gpu_soak_cuda_h200_<date>_partial.json --out $OUT
+    python benchmarks/gpu_soak.py --resume <a partial soak JSON> --out $OUT
 
 A run cut short keeps its verdicts (the JSON is rewritten every 25 verdicts); `--resume` reads the
 file (this run's output file, or the one named) and judges only the plan's indices it does not hold
@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--resume", nargs="?", const="", default=None, metavar="FILE",
                         help="keep the verdicts already in FILE (default: this run's output file) and judge the rest")
     parser.add_argument("--max-minutes", type=float, default=9.0, help="stop submitting after this long")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "cuda_gym_results"))
     args = parser.parse_args()
     out = Path(args.out) / f"gpu_soak_{args.backend}_{dt.date.today().isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

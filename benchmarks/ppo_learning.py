@@ -10,7 +10,7 @@ Writes `<out>/ppo_learning_<backend>_<date>.json` (the menu's judged rewards, ev
 metrics per run, updates and episodes to reach the threshold) and a PNG of mean reward, entropy and
 explained variance per update (the mean over seeds per condition). Runs in a few minutes on 2 cores:
 
-    python benchmarks/ppo_learning.py --out benchmarks/results
+    python benchmarks/ppo_learning.py --out $OUT
 """
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ def _uniform_policy_reward(judged: dict[str, dict[str, float]]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="benchmarks/results", help="where the JSON and PNG go")
+    parser.add_argument("--out", default="cuda_gym_results", help="where the JSON and PNG go")
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds")
     parser.add_argument("--episodes-per-task", type=int, default=16)

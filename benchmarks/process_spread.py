@@ -148,7 +148,7 @@ def main() -> None:
     parser.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per setting")
     parser.add_argument("--settings", help="'|'-separated names of SETTINGS to run (default: all)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "cuda_gym_results"))
     args = parser.parse_args()
     task_ids = [t for t in args.tasks.split(",") if t]
     date = dt.date.today().isoformat()
