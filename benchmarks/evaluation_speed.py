@@ -173,7 +173,7 @@ def section_env(evaluator: Evaluator, backend: str, repeats: int) -> dict:
     task = solved_tasks(backend, (1,))[0]
     source = solution_path(task, backend).read_text()
     evaluator.evaluate(task, source)
-    env = gym.make("CudaKernel-Builtin-v0", evaluator=evaluator, backend=backend)
+    env = gym.make("CudaKernel-Builtin-v1", evaluator=evaluator, backend=backend)
     direct, stepped = [], []
     for _ in range(repeats):
         evaluator.wait_until_warm()
