@@ -10,7 +10,7 @@ EXTRAS = {
     "rl-llm": ["transformers>=4.50", "peft>=0.10"],  # agents/ppo, agents/rft (peft: LoRA only)
     "plot": ["matplotlib>=3.5"],
     "trl": ["trl>=1.16", "transformers>=5.2"],  # agents/adapters/trl.py (environment_factory needs transformers 5.2)
-    "cuda": ["cupy-cuda13x>=13"],  # CUDA 13, as on our H200 machines; pick the cupy wheel for your CUDA
+    "cuda": ["cupy-cuda13x>=13"],  # the CUDA 13 wheel; pick the cupy wheel for your CUDA
     "ray": ["ray>=2.40"],  # cuda_gym/eval/distributed.py: RayEvaluator (docs/scaling.md)
 }
 EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})

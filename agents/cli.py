@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from cuda_gym.tasks.selection import add_task_options
+
 
 def add_command(commands: argparse._SubParsersAction) -> None:
     from cuda_gym.cli import add_eval_options, suite_list
@@ -38,9 +40,8 @@ def add_command(commands: argparse._SubParsersAction) -> None:
                        help="ask the server for prompt and reply token ids (vLLM >= 0.10.2)")
 
     tasks = agent.add_argument_group("tasks")
-    tasks.add_argument("--tasks", help="comma-separated task ids, e.g. builtin/L1/gelu,builtin/L2/linear_gelu")
+    add_task_options(tasks, levels_help="with --suite: only these levels, e.g. 1,2 (default all)")
     tasks.add_argument("--suite", help=f"play a whole suite: {suite_list()}")
-    tasks.add_argument("--levels", help="with --suite: comma-separated levels, e.g. 1,2 (default all)")
     tasks.add_argument("--data-path", help="KernelBench / Ops-6K data (else $CUDA_GYM_KERNELBENCH / $CUDA_GYM_OPS6K)")
 
     play = agent.add_argument_group("episodes")
@@ -70,14 +71,13 @@ def _select_tasks(args: argparse.Namespace) -> list:
     if bool(args.tasks) == bool(args.suite):
         raise ValueError("give either --tasks ID,ID or --suite NAME [--levels 1,2]")
     if args.tasks:
-        ids = [i.strip() for i in args.tasks.split(",") if i.strip()]
         tasks = []
-        for task_id in ids:
+        for task_id in args.tasks:
             suite = task_id.split("/", 1)[0]
             kwargs = {"data_path": args.data_path} if suite != "builtin" and args.data_path else {}
             tasks.append(get_task(task_id, **kwargs))
         return tasks
-    levels = tuple(int(level) for level in args.levels.split(",")) if args.levels else None
+    levels = tuple(args.levels) if args.levels else None
     kwargs = {"data_path": args.data_path} if args.suite != "builtin" and args.data_path else {}
     tasks = load_suite(args.suite, levels=levels, **kwargs)
     if not tasks:

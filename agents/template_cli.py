@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cuda_gym.leaderboard.metrics import geomean
+from cuda_gym.tasks.selection import add_task_options
 
 NOT_COVERED = "NOT_COVERED"
 
@@ -33,9 +34,8 @@ def add_command(commands: argparse._SubParsersAction) -> None:
         "solve", help="solve tasks with a non-LLM agent (template: fx trace -> csrc/ templates -> tuned knobs)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     solve.add_argument("--agent", default="template", choices=["template"], help="which agent (default template)")
-    solve.add_argument("--tasks", help="comma-separated task ids")
+    add_task_options(solve, levels_help="with --suite: only these levels, e.g. 1,2 (default all)")
     solve.add_argument("--suite", help=f"a whole suite: {suite_list()}")
-    solve.add_argument("--levels", help="with --suite: comma-separated levels, e.g. 1,2 (default all)")
     solve.add_argument("--data-path", help="KernelBench / Ops-6K data (else $CUDA_GYM_KERNELBENCH / $CUDA_GYM_OPS6K)")
     solve.add_argument("--budget", type=int, default=1, help="configurations judged per task (default 1: the default)")
     solve.add_argument("--sb3-model", help="an SB3 PPO / MaskablePPO model (.zip) that proposes configurations")
@@ -45,7 +45,8 @@ def add_command(commands: argparse._SubParsersAction) -> None:
     solve.set_defaults(func=run_solve)
 
 
-def select_tasks(tasks_arg: str | None, suite: str | None, levels: str | None, data_path: str | None) -> list:
+def select_tasks(tasks_arg: list[str] | None, suite: str | None, levels: list[int] | None,
+                 data_path: str | None) -> list:
     """Tasks named by --tasks, or a suite's (levels') tasks; raises ValueError / KeyError with the fix."""
     from cuda_gym.tasks import get_task, load_suite
 
@@ -53,11 +54,11 @@ def select_tasks(tasks_arg: str | None, suite: str | None, levels: str | None, d
         raise ValueError("give either --tasks ID,ID or --suite NAME [--levels 1,2]")
     if tasks_arg:
         found = []
-        for task_id in (i.strip() for i in tasks_arg.split(",") if i.strip()):
+        for task_id in tasks_arg:
             kwargs = {"data_path": data_path} if not task_id.startswith("builtin/") and data_path else {}
             found.append(get_task(task_id, **kwargs))
         return found
-    level_tuple = tuple(int(level) for level in levels.split(",")) if levels else None
+    level_tuple = tuple(levels) if levels else None
     kwargs = {"data_path": data_path} if suite != "builtin" and data_path else {}
     found = load_suite(suite, levels=level_tuple, **kwargs)
     if not found:

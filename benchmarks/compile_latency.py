@@ -15,7 +15,8 @@ Forms, for the backend's built-in gelu task:
 
 Each build runs in a fresh process with its own empty build directory, `--repeats` times; the
 medians and the seconds of each ninja step (from .ninja_log) go to
-benchmarks/results/compile_latency_<backend>_<date>.json.
+<out>/compile_latency_<backend>_<date>.json (default out: cuda_gym_results/; the current result
+is kept at benchmarks/results/compile_latency/<device>/<date>.json, docs/benchmarks.md).
 
     python benchmarks/compile_latency.py --backend cuda --repeats 3
 """
@@ -131,7 +132,7 @@ def main() -> None:
     parser.add_argument("--backend", choices=["cuda", "cpu"], required=True)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--forms", default="native,load_inline,load_inline_split,load_inline_split_O3,load_inline_stripped")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "cuda_gym_results"))
     args = parser.parse_args()
     import torch
 

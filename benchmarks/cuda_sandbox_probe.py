@@ -11,7 +11,7 @@ initialize CUDA, run a kernel, start the CUPTI profiler and load a prebuilt nati
   landlock_after    CUDA initialized first, then Landlock
   worker_order      watchdog, CUDA init, then Landlock (the order the eval worker uses)
 
-    python benchmarks/cuda_sandbox_probe.py --out benchmarks/results
+    python benchmarks/cuda_sandbox_probe.py --out $OUT
 
 Where `strace` exists, a failing `landlock_before` is re-run under it and the denied file
 operations are reported.
@@ -102,7 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", choices=VARIANTS)
     parser.add_argument("--scratch")
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "cuda_gym_results"))
     args = parser.parse_args()
     if args.child:
         print(json.dumps(_child(args.child, args.scratch)), flush=True)

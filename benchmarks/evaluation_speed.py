@@ -10,7 +10,8 @@ Sections (all on the built-in tasks that have a reference solution for the backe
 
     python benchmarks/evaluation_speed.py --backend cuda --sections latency,throughput,fidelity,env
 
-Writes benchmarks/results/evaluation_speed_<backend>_<date>.json.
+Writes <out>/evaluation_speed_<backend>_<date>.json (default out: cuda_gym_results/; the current
+result is kept at benchmarks/results/evaluation_speed/<device>/<date>.json).
 """
 from __future__ import annotations
 
@@ -172,7 +173,7 @@ def section_env(evaluator: Evaluator, backend: str, repeats: int) -> dict:
     task = solved_tasks(backend, (1,))[0]
     source = solution_path(task, backend).read_text()
     evaluator.evaluate(task, source)
-    env = gym.make("CudaKernel-Builtin-v0", evaluator=evaluator, backend=backend)
+    env = gym.make("CudaKernel-Builtin-v1", evaluator=evaluator, backend=backend)
     direct, stepped = [], []
     for _ in range(repeats):
         evaluator.wait_until_warm()
@@ -200,7 +201,7 @@ def main() -> None:
     parser.add_argument("--levels", default="1,2", help="levels for the latency section")
     parser.add_argument("--no-compile-baseline", action="store_true")
     parser.add_argument("--cache-dir", default=None, help="default: a fresh temporary directory")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "cuda_gym_results"))
     args = parser.parse_args()
     import torch
 

@@ -11,7 +11,7 @@ used memory back where it started, and the driver's memory flat.
 
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/gpu_soak.py --n 1000 --out $OUT            # an H200 host
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/gpu_soak.py --n 400 --resume --out $OUT    # in pieces
-    python benchmarks/gpu_soak.py --resume benchmarks/results/gpu_soak_cuda_h200_<date>_partial.json --out $OUT
+    python benchmarks/gpu_soak.py --resume <a partial soak JSON> --out $OUT
 
 A run cut short keeps its verdicts (the JSON is rewritten every 25 verdicts); `--resume` reads the
 file (this run's output file, or the one named) and judges only the plan's indices it does not hold
@@ -42,19 +42,14 @@ from cuda_gym.tasks import get_task, load_suite, solution_path  # noqa: E402
 from tests.leaks import leaked, snapshot  # noqa: E402  (reads /proc; tags this process first)
 from tests.test_hostile import HOSTILE_DIR, NOT_FASTER, header  # noqa: E402
 
-# Light timing and no baselines: the soak checks verdicts and leaks, not speed (a baseline worker per
-# KernelBench task cost about 4 s each on the H200, for 100 level-2 tasks).
+# Light timing and no baselines: the soak checks verdicts and leaks, not speed.
 SOAK_CONFIG = EvalConfig(baselines=(), baseline_workers=1, correctness_trials=3, timing_reps=3,
                          timing_min_reps=2, warmup_reps=1, timing_budget_s=0.05, timing_warmup_s=0.0,
                          eval_timeout_s=30.0, compile_timeout_s=120.0)
 IDENTITY = "\n\nclass ModelNew(Model):\n    pass\n"
-# Every output element moved by at least 0.01 and at least 1% of itself: beyond the fp32 policy's
-# tolerance, on degenerate outputs too (a tolerance that the float64 measurement widened could still
-# take it where the outputs are large, |out| above about 4; of the level-2 tasks only L2/23 was widened
-# on the H200, with outputs near 0, and it was caught). A scale alone changes nothing on a constant-zero
-# output (L2/83's min-then-clamp) or rounding noise (L2/23), and any affine map has a fixed point that
-# a clamp can sit on (`x 1.01 + 0.01` leaves -1 where it is, all of L2/58's output): the judge passed
-# both, rightly, with its degenerate-task warning (2026-12-05).
+# Every output element moved by at least 0.01 and at least 1% of itself, beyond the fp32 tolerance: a
+# scale alone leaves a constant-zero output unchanged, and an affine map has a fixed point that a clamp
+# can sit on, so either could pass (rightly) on a degenerate task.
 WRONG = ("\n\nclass ModelNew(Model):\n    def forward(self, *inputs):\n"
          "        out = super().forward(*inputs)\n        return out + 0.01 * (1 + out.abs())\n")
 
@@ -133,7 +128,7 @@ def main() -> None:
     parser.add_argument("--resume", nargs="?", const="", default=None, metavar="FILE",
                         help="keep the verdicts already in FILE (default: this run's output file) and judge the rest")
     parser.add_argument("--max-minutes", type=float, default=9.0, help="stop submitting after this long")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "cuda_gym_results"))
     args = parser.parse_args()
     out = Path(args.out) / f"gpu_soak_{args.backend}_{dt.date.today().isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

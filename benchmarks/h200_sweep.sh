@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call of the KernelBench identity sweep (issue 12), resumable across calls and sessions:
+# One device call of the KernelBench identity sweep (issue 12), resumable across calls:
 # optionally a cold `cuda-gym run` first (COLD_RUN=1), then benchmarks/kernelbench_sweep.py with both
 # baselines, resumed from $PREV_SWEEP with $PREV_BASELINES as the baseline cache, until BUDGET_S
 # seconds of the call are used (no task is started that would end past it; a hard stop at HARD_S).
@@ -9,10 +9,8 @@
 # Writes run_cold.json, sweep.json and baselines.json under $OUT: carry them back as the next call's
 # PREV_SWEEP and PREV_BASELINES (a later call on the same warm machine resumes from its /tmp copy,
 # and finds its inductor cache there too). From the repo root, with KernelBench at .kb/KernelBench:
-#   PREV_SWEEP=benchmarks/results/kernelbench_sweep_cuda_h200_2026-12-05.json \
-#   bash benchmarks/h200_sweep.sh
-# (Baseline caches committed before session 18 no longer match the baseline key: leave PREV_BASELINES
-# out; a later call's own baselines.json matches.)
+#   PREV_SWEEP=benchmarks/results/kernelbench_sweep/h200/2026-12-05.json bash benchmarks/h200_sweep.sh
+# (A baseline cache made under another baseline key is ignored: pass PREV_BASELINES from the last call.)
 set -u
 START=$(date +%s)
 source benchmarks/h200_env.sh

@@ -90,11 +90,10 @@ def main() -> int:
                         help="fresh workers per baseline (default: EvalConfig's, 3 with the 2%% agreement stop)")
     parser.add_argument("--host-pairing", default=None,
                         help="backends whose host-bound timings are paired, comma-separated (default: "
-                             "EvalConfig.host_pairing's; 'none' compares with the cached baselines only, as the "
-                             "sweeps before 2026-12-04 did)")
+                             "EvalConfig.host_pairing's; 'none' compares with the cached baselines only)")
     parser.add_argument("--no-confirm", action="store_true",
                         help="one eval worker per task even when it claims a milestone (EvalConfig.confirm_faster "
-                             "off: the single-worker measurements of the sweeps before session 8)")
+                             "off)")
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="stop between tasks before this long: a task is not started when the longest one "
                              "of its level so far would end past it")
@@ -255,7 +254,7 @@ def main() -> int:
     return 0
 
 
-# Level-1 tasks whose inputs plus output reach 12 GiB or more (measured on meta tensors, 2026-12-01).
+# Level-1 tasks whose inputs plus output reach 12 GiB or more (measured on meta tensors).
 BIG = {"19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31", "32", "34", "35", "36",
        "37", "38", "39", "45", "76", "87", "46"}
 

@@ -13,7 +13,8 @@ It needs only torch and the standard library, so it can run on a bare GPU box:
     python benchmarks/measure_task_sizes.py --backend cpu --filter L2/
 
 A table goes to stdout and a JSON file to
-benchmarks/results/task_sizes_<backend>_<YYYY-MM-DD>.json (see --out).
+cuda_gym_results/task_sizes_<backend>_<YYYY-MM-DD>.json (see --out; the current result is kept at
+benchmarks/results/task_sizes/<device>/<date>.json).
 The target eager time is 1-50 ms on cpu (2 threads) and 0.05-50 ms on cuda;
 tasks outside it are flagged in the table and listed in the JSON.
 
@@ -42,7 +43,7 @@ import torch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TASKS_DIR = REPO_ROOT / "cuda_gym" / "tasks" / "builtin"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "cuda_gym_results"
 TARGET_MS = {"cpu": (1.0, 50.0), "cuda": (0.05, 50.0)}
 
 

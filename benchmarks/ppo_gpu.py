@@ -67,7 +67,7 @@ def build_model(tokenizer, *, hidden: int, layers: int, heads: int, context: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--out", default="cuda_gym_results")
     parser.add_argument("--smoke", action="store_true", help="tiny model, CPU, two updates: checks the path")
     parser.add_argument("--updates", type=int, default=8, help="at most this many PPO updates")
     parser.add_argument("--time-budget-s", type=float, default=140.0,

@@ -9,8 +9,7 @@ baseline timed in another can be compared; the two timings inside a process show
 
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/process_spread.py --tasks kernelbench/L3/19_MobileNetV1 --out $OUT
 
-Writes process_spread_<backend>_<date>.json into --out. (The first H200 run, call1, also tried the
-timing thread pinned to one core after set-up; it did not help and the option was removed.)
+Writes process_spread_<backend>_<date>.json into --out.
 """
 from __future__ import annotations
 
@@ -149,7 +148,7 @@ def main() -> None:
     parser.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per setting")
     parser.add_argument("--settings", help="'|'-separated names of SETTINGS to run (default: all)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "cuda_gym_results"))
     args = parser.parse_args()
     task_ids = [t for t in args.tasks.split(",") if t]
     date = dt.date.today().isoformat()

@@ -124,7 +124,7 @@ def main() -> int:
     parser.add_argument("--overhead", type=int, default=200,
                         help="malformed actions sent through local and 1-actor Ray evaluators (dispatch cost)")
     parser.add_argument("--cache-dir", default=None, help="default: a fresh temporary directory")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "cuda_gym_results"))
     args = parser.parse_args()
     import ray
     import torch

@@ -4,7 +4,7 @@ candidate is evaluated (permissive policy, no baselines) and the verdict's
 correctness draw (`_TaskSetup._measure_reference_error` in cuda_gym/eval/worker.py).
 
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/reference_conditioning.py --levels 2 --max-minutes 20 \\
-        --out benchmarks/results/reference_conditioning_cpu_<date>.json [--resume that file]
+        --out benchmarks/results/reference_conditioning/cpu-2core/<date>.json [--resume that file]
 
 Why: the judge compares a candidate with the fp32 reference at a relative-norm tolerance (5e-5 under
 the fp32 policy). Where the fp32 reference is itself further than that from the float64 result, its

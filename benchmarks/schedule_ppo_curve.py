@@ -29,7 +29,7 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=40, help="environment steps per method (default 40)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds; each runs every method (default 0)")
     parser.add_argument("--methods", default="random,maskable_ppo,ppo")
-    parser.add_argument("--out-dir", default=os.environ.get("OUT") or "benchmarks/results")
+    parser.add_argument("--out-dir", default=os.environ.get("OUT") or "cuda_gym_results")
     parser.add_argument("--checkpoint-dir", default="cuda_gym_results/schedule_ppo_checkpoints",
                         help="where SB3 checkpoints go (not committed)")
     parser.add_argument("--full-timing", action="store_true",
@@ -44,6 +44,7 @@ def main() -> int:
         baselines=("eager",) if args.backend == "cpu" else ("eager", "compile"), baseline_workers=1, timing_reps=5,
         timing_min_reps=3, warmup_reps=1, timing_budget_s=0.3)
     out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M")
     started = time.time()
     curves = {}

@@ -7,7 +7,7 @@
 
 It writes the tasks into --tasks-out (default: a temporary directory, removed afterwards), loads
 them back as the `synth` suite, and writes JSON (default
-benchmarks/results/synth_scale_<backend>_<date>.json; a directory for --out puts it there) with the
+cuda_gym_results/synth_scale_<backend>_<date>.json; a directory for --out puts it there) with the
 funnel counts per filter stage, the operator-count histogram, seconds per stage, seconds per kept
 task and per checked candidate, eager-time statistics of the kept tasks, and the first rejection
 messages of each stage. KernelBench for decontamination: --kernelbench or $CUDA_GYM_KERNELBENCH.
@@ -27,7 +27,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "cuda_gym_results"
 
 
 def _cpu_model() -> str:

@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--no-steps", action="store_true")
     parser.add_argument("--identity", action="store_true")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "cuda_gym_results"))
     args = parser.parse_args()
     task_ids = [t for t in args.tasks.split(",") if t]
     payload: dict = {"date": dt.date.today().isoformat(), "backend": args.backend, "steps": [], "identity": []}

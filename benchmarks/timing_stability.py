@@ -12,7 +12,7 @@ cuda_gym's Timer does it (L2 flush and a device sync before every repeat):
   back_to_back   20 calls between two events without syncs, per call
 
 The spread (max/min - 1) of the per-process medians says which measurement is stable across
-processes. Writes benchmarks/results/timing_stability_<date>.json.
+processes. Writes <out>/timing_stability_<date>.json (default out: cuda_gym_results/).
 
     python benchmarks/timing_stability.py --processes 10
 """
@@ -77,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--processes", type=int, default=10)
     parser.add_argument("--reps", type=int, default=50)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "cuda_gym_results"))
     args = parser.parse_args()
     import torch
 

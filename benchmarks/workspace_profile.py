@@ -64,7 +64,7 @@ def candidate_agreement(result: dict | None) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "cuda_gym_results"))
     parser.add_argument("--baseline-workers", type=int, default=1,
                         help="fresh workers per baseline (default 1 to save device time; the recommended config has 3)")
     args = parser.parse_args()

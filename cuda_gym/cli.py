@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import __version__
 from .speedup import geomean
+from .tasks.selection import add_task_options
 
 
 def _cmd_tasks_list(args: argparse.Namespace) -> int:
@@ -25,7 +26,7 @@ def _cmd_tasks_list(args: argparse.Namespace) -> int:
     suites = [args.suite] if args.suite else ["builtin"]
     for suite in suites:
         try:
-            tasks = load_suite(suite, levels=tuple(args.level) if args.level else None)
+            tasks = load_suite(suite, levels=tuple(args.levels) if args.levels else None)
         except (KeyError, FileNotFoundError, RuntimeError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -131,14 +132,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = evaluator_config(args)
     evaluator_started = time.monotonic()
-    suite = load_suite("builtin", levels=tuple(args.level) if args.level else None)
-    if args.task:
-        unknown = sorted(set(args.task) - {t.id for t in suite})
+    suite = load_suite("builtin", levels=tuple(args.levels) if args.levels else None)
+    if args.tasks:
+        unknown = sorted(set(args.tasks) - {t.id for t in suite})
         if unknown:
-            print(f"error: not built-in tasks{' of the levels asked for' if args.level else ''}: "
+            print(f"error: not built-in tasks{' of the levels asked for' if args.levels else ''}: "
                   f"{', '.join(unknown)} (`cuda-gym tasks list` shows them)", file=sys.stderr)
             return 2
-        suite = [t for t in suite if t.id in args.task]
+        suite = [t for t in suite if t.id in args.tasks]
     with make_evaluator(args, config) as evaluator:
         backend = evaluator.backend
         tasks = [t for t in suite if solution_path(t, backend)]
@@ -286,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     tasks_commands = tasks.add_subparsers(dest="tasks_command", required=True, metavar="SUBCOMMAND")
     listing = tasks_commands.add_parser("list", help="list the tasks of a suite (default: builtin)")
     listing.add_argument("suite", nargs="?", help=f"suite name: {suite_list()} (default builtin)")
-    listing.add_argument("--level", type=int, action="append", help="only this level (repeatable)")
+    add_task_options(listing, tasks=False)
     listing.set_defaults(func=_cmd_tasks_list)
 
     evaluate = commands.add_parser("eval", help="judge one candidate file against a task and print the verdict")
@@ -297,9 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(func=_cmd_eval)
 
     run = commands.add_parser("run", help="evaluate the built-in reference solutions (the main job)")
-    run.add_argument("--level", type=int, action="append", help="only this level (repeatable)")
-    run.add_argument("--task", action="append", metavar="TASK_ID",
-                     help="only this built-in task, e.g. builtin/L1/softmax (repeatable)")
+    add_task_options(run, tasks_help="only these built-in tasks, e.g. builtin/L1/softmax,builtin/L2/linear_gelu")
     run.add_argument("--out", help="where to write the JSON results (default: cuda_gym_results/run_*.json)")
     add_eval_options(run)
     run.set_defaults(func=_cmd_run)

@@ -22,7 +22,7 @@ def main() -> None:
     args = parser.parse_args()
 
     # Only the eager baseline: torch.compile's baseline costs ~20 s per task on a CPU.
-    env = gym.make("CudaKernel-Builtin-v0", backend=args.backend, eval_config=EvalConfig(baselines=("eager",)),
+    env = gym.make("CudaKernel-Builtin-v1", backend=args.backend, eval_config=EvalConfig(baselines=("eager",)),
                    max_turns=4)
     backend = env.unwrapped.backend  # "auto" resolves to what the evaluator's workers see
     with_solution = [t for t in load_suite("builtin") if solution_path(t, backend)]

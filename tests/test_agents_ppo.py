@@ -406,10 +406,10 @@ def test_menu_candidates_and_replies():
 
 
 def test_ppo_learning_benchmark_smoke(cpu_evaluator, tmp_path):
-    """A short run of benchmarks/ppo_learning.py on the real CPU evaluator: both conditions run, the
+    """A short run of the PPO learning comparison (benchmarks/ppo_learning.py) on the real CPU evaluator: both conditions run, the
     menu's verdicts are the real ones, and the JSON and PNG are written."""
     pytest.importorskip("matplotlib")
-    from benchmarks.ppo_learning import run
+    from cuda_gym_agents.ppo.learning import run
 
     result = run(tmp_path, updates=2, seeds=(0,), episodes_per_task=8, warmup_batches=1, tasks=("elu",),
                  evaluator=cpu_evaluator, progress=False)

@@ -150,14 +150,14 @@ def test_kernelbench_parquet_layout_gives_the_same_tasks(tmp_path):
 
 def test_kernelbench_through_gym_make_and_the_env_var(tmp_path, monkeypatch):
     root = write_kernelbench_parquet(tmp_path / "hf")
-    env = gym.make("CudaKernel-L1-v0", data_path=str(root), backend="cpu")
+    env = gym.make("CudaKernel-L1-v1", data_path=str(root), backend="cpu")
     assert sorted(t.id for t in env.unwrapped.tasks) == [
         "kernelbench/L1/12_Argmax_with_offset", "kernelbench/L1/1_Square_matrix_multiplication_"]
     obs, info = env.reset(seed=0, options={"task_id": "kernelbench/L1/12_Argmax_with_offset"})
     assert info["level"] == 1 and 'self.register_buffer("offset"' in obs and "overridden" not in obs
     env.close()
     monkeypatch.setenv(kernelbench.ENV_VAR, str(write_kernelbench_checkout(tmp_path / "repo")))
-    env = gym.make("CudaKernel-L3-v0", backend="cpu")
+    env = gym.make("CudaKernel-L3-v1", backend="cpu")
     assert [t.id for t in env.unwrapped.tasks] == ["kernelbench/L3/5_MLP"]
     env.close()
 
@@ -215,13 +215,13 @@ def test_ops6k_parquet_drops_duplicates_and_sets_levels(tmp_path):
 def test_ops6k_through_gym_make(tmp_path, monkeypatch):
     path = write_ops6k(tmp_path / "ops.parquet")
     with pytest.warns(UserWarning):
-        env = gym.make("CudaKernel-Ops6K-v0", data_path=path, backend="cpu", levels=2)
+        env = gym.make("CudaKernel-Ops6K-v1", data_path=path, backend="cpu", levels=2)
     assert [t.id for t in env.unwrapped.tasks] == ["ops6k/L2/0001"]
     obs, info = env.reset(seed=1)
     assert info["task_id"] == "ops6k/L2/0001" and "torch.relu(torch.matmul(A, B))" in obs
     env.close()
     monkeypatch.setenv(ops6k.ENV_VAR, str(path))
-    assert len(gym.make("CudaKernel-Ops6K-v0", backend="cpu").unwrapped.tasks) == 4
+    assert len(gym.make("CudaKernel-Ops6K-v1", backend="cpu").unwrapped.tasks) == 4
 
 
 def test_ops6k_jsonl_is_read_too(tmp_path):
@@ -236,13 +236,13 @@ def test_ops6k_jsonl_is_read_too(tmp_path):
 
 def test_missing_data_says_how_to_provide_it(no_data_env, tmp_path):
     with pytest.raises(DataNotFoundError) as excinfo:
-        gym.make("CudaKernel-L1-v0")
+        gym.make("CudaKernel-L1-v1")
     message = str(excinfo.value)
     for needle in ("CUDA_GYM_KERNELBENCH", "data_path", "KernelBench/level1/", "git clone",
                    "huggingface-cli download --repo-type dataset ScalingIntelligence/KernelBench", "cuda_gym[data]"):
         assert needle in message
     with pytest.raises(DataNotFoundError) as excinfo:
-        gym.make("CudaKernel-Ops6K-v0")
+        gym.make("CudaKernel-Ops6K-v1")
     message = str(excinfo.value)
     for needle in ("CUDA_GYM_OPS6K", "data_path", "ops, data_source, code", "huggingface-cli download"):
         assert needle in message

@@ -103,14 +103,14 @@ def _fake_kernelbench(root):
 def test_environments_leave_degenerate_tasks_out_unless_asked(tmp_path):
     root = _fake_kernelbench(tmp_path)
     assert degenerate_reason("kernelbench/L2/80_Gemm_Max_Subtract_GELU")
-    env = gym.make("CudaKernel-L2-v0", data_path=str(root), backend="cpu").unwrapped
+    env = gym.make("CudaKernel-L2-v1", data_path=str(root), backend="cpu").unwrapped
     assert [t.id for t in env.tasks] == ["kernelbench/L2/99_Plain_Gemm"]
-    env = gym.make("CudaKernel-L2-v0", data_path=str(root), backend="cpu", include_degenerate=True).unwrapped
+    env = gym.make("CudaKernel-L2-v1", data_path=str(root), backend="cpu", include_degenerate=True).unwrapped
     assert "kernelbench/L2/80_Gemm_Max_Subtract_GELU" in [t.id for t in env.tasks]
     with pytest.raises(ValueError, match="include_degenerate=True"):
-        gym.make("CudaKernel-L2-v0", data_path=str(root), backend="cpu",
+        gym.make("CudaKernel-L2-v1", data_path=str(root), backend="cpu",
                  task_filter=["kernelbench/L2/80_Gemm_Max_Subtract_GELU"])
-    schedule = gym.make("CudaSchedule-L2-v0", data_path=str(root), backend="cpu").unwrapped
+    schedule = gym.make("CudaSchedule-L2-v1", data_path=str(root), backend="cpu").unwrapped
     assert all(not degenerate_reason(t.id) for t in schedule.tasks)
 
 

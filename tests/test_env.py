@@ -92,27 +92,36 @@ def failed_result(task_id, code=ErrorCode.INCORRECT, compiled=True):
 # ---------------------------------------------------------------------------------- registration
 
 def test_ids_are_registered_and_make_is_cheap():
-    for env_id in ("CudaKernel-L1-v0", "CudaKernel-L2-v0", "CudaKernel-L3-v0", "CudaKernel-Ops6K-v0",
-                   "CudaKernel-Builtin-v0", "CudaKernel-Builtin-L1-v0", "CudaKernel-Builtin-L2-v0",
-                   "CudaKernel-Builtin-L3-v0"):
+    for env_id in ("CudaKernel-L1-v1", "CudaKernel-L2-v1", "CudaKernel-L3-v1", "CudaKernel-Ops6K-v1",
+                   "CudaKernel-Builtin-v1", "CudaKernel-Builtin-L1-v1", "CudaKernel-Builtin-L2-v1",
+                   "CudaKernel-Builtin-L3-v1"):
         assert env_id in gym.registry and env_id in ENV_SPECS
     cuda_gym.envs.register_envs()  # idempotent
     children = len(multiprocessing.active_children())
-    env = gym.make("CudaKernel-Builtin-L2-v0", backend="cpu")
+    env = gym.make("CudaKernel-Builtin-L2-v1", backend="cpu")
     assert env.unwrapped._evaluator is None
     assert {t.level for t in env.unwrapped.tasks} == {2}
     obs, info = env.reset(seed=3)  # a CPU env needs no evaluator for its prompt
     assert env.unwrapped._evaluator is None and len(multiprocessing.active_children()) == children
     assert info["level"] == 2 and info["backend"] == "cpu" and info["task_id"].startswith("builtin/L2/")
     env.close()
-    assert len(gym.make("CudaKernel-Builtin-v0", backend="cpu").unwrapped.tasks) > len(env.unwrapped.tasks)
+    assert len(gym.make("CudaKernel-Builtin-v1", backend="cpu").unwrapped.tasks) > len(env.unwrapped.tasks)
+
+
+def test_every_id_is_at_the_current_version_and_an_old_one_names_it():
+    from cuda_gym.envs.registration import SCHEDULE_ENV_SPECS, WORKSPACE_ENV_SPECS
+
+    ids = [*ENV_SPECS, *SCHEDULE_ENV_SPECS, *WORKSPACE_ENV_SPECS]
+    assert ids and all(env_id.endswith("-v1") for env_id in ids), ids
+    with pytest.raises(gym.error.DeprecatedEnv, match="CudaKernel-Builtin-L1-v1"):
+        gym.make("CudaKernel-Builtin-L1-v0", backend="cpu")
 
 
 def test_check_env_passes():
     env = KernelEnv(suite="builtin", levels=1, backend="cpu", max_turns=4, eval_config=CHEAP)
     check_env(env)  # no spec: the determinism checks run too (random actions are invalid, so cheap)
     env.close()
-    made = gym.make("CudaKernel-Builtin-L1-v0", backend="cpu", eval_config=CHEAP, max_turns=4)
+    made = gym.make("CudaKernel-Builtin-L1-v1", backend="cpu", eval_config=CHEAP, max_turns=4)
     check_env(made.unwrapped)  # with a spec: render modes and close are checked as well
     made.close()
 
@@ -300,7 +309,7 @@ ninja: build stopped: subcommand failed.
 
 @pytest.mark.slow
 def test_scripted_episode_on_cpu(cpu_evaluator):
-    env = gym.make("CudaKernel-Builtin-L1-v0", backend="cpu", evaluator=cpu_evaluator, eval_config=QUICK,
+    env = gym.make("CudaKernel-Builtin-L1-v1", backend="cpu", evaluator=cpu_evaluator, eval_config=QUICK,
                    max_turns=4)
     obs, info = env.reset(seed=0, options={"task_id": TASK_ID})
     assert info["task_id"] == TASK_ID
@@ -363,7 +372,7 @@ def test_info_result_has_every_key_for_every_verdict():
 @pytest.mark.slow
 def test_async_vector_env_runs_a_step_on_cpu(cache_dir):
     def make():
-        return gym.make("CudaKernel-Builtin-L1-v0", backend="cpu", eval_config=CHEAP, cache_dir=cache_dir,
+        return gym.make("CudaKernel-Builtin-L1-v1", backend="cpu", eval_config=CHEAP, cache_dir=cache_dir,
                         task_filter=[TASK_ID], max_turns=2)
 
     # Text observations need shared_memory=False: gymnasium reads non-Box shared memory only once

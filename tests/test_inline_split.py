@@ -103,8 +103,8 @@ void run(const float* x, float* y) { scale_kernel<<<1, 1>>>(x, y); }
 
 
 def test_a_source_without_kernels_is_all_host_code():
-    # A cuBLAS-only wrapper used to be refused ("no kernels") and built as one .cu file (32-34 s on
-    # the H200); split, nvcc sees only the CUDA headers.
+    # A cuBLAS-only wrapper splits (all host code), so nvcc sees only the CUDA headers instead of
+    # building it as one slow .cu file.
     source = ("#include <torch/extension.h>\n#include <cublas_v2.h>\n"
               "torch::Tensor mm(torch::Tensor a) { auto c = torch::empty_like(a); return c; }\n")
     split = split_cuda_source(source)
@@ -289,7 +289,7 @@ template <class T> static inline cudaError_t cudaFuncSetAttribute(T* f, cudaFunc
 @pytest.mark.parametrize("declared_by_header", [False, True])
 def test_the_host_prelude_gives_g_plus_plus_the_kernel_taking_runtime_calls(tmp_path, declared_by_header):
     """cudaFuncSetAttribute(kernel, ...) and friends take a kernel directly only under nvcc; the
-    prelude gives the host file the same calls (seen failing on the H200 before it had them), and
+    prelude gives the host file the same calls, and
     does not clash where a header declares them too."""
     source = tmp_path / "host.cpp"
     source.write_text(inline_split.HOST_PRELUDE + (RUNTIME_TEMPLATE if declared_by_header else "")
@@ -314,7 +314,7 @@ def test_the_precompiled_header_directory_is_on_the_include_path_whether_or_not_
 def test_a_header_included_twice_or_without_a_usable_variant_goes_on_to_torchs_own(tmp_path):
     """g++ looks for the header itself beside a precompiled-header directory it found but cannot use
     (for a second #include, or flags no variant matches) and stops there if it is missing: every
-    split host file that includes torch/extension.h failed that way on the H200. The forwarding
+    split host file that includes torch/extension.h would fail that way. The forwarding
     header beside the variants sends g++ on to the real header. (A small header stands in for
     torch's here.)"""
     real = tmp_path / "include" / "torch" / "extension.h"
@@ -333,7 +333,7 @@ def test_a_header_included_twice_or_without_a_usable_variant_goes_on_to_torchs_o
         return subprocess.run(["c++", "-std=c++17", "-fPIC", *flags, f"-I{root}", f"-isystem{tmp_path / 'include'}",
                                "-fsyntax-only", str(source)], capture_output=True, text=True)
 
-    assert "No such file" in compile_().stderr  # what the H200 showed, without the forwarding header
+    assert "No such file" in compile_().stderr  # what g++ says without the forwarding header
     fastbuild._write_forwarding_header(root / "torch" / "extension.h")
     for flags in ([], ["-O2"]):  # the variant used for the first include; no variant at all
         result = compile_(*flags)

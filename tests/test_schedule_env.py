@@ -25,7 +25,7 @@ def env(cpu_evaluator):
 def test_schedule_ids_are_registered():
     import cuda_gym  # noqa: F401 - registers
 
-    for env_id in ("CudaSchedule-Builtin-v0", "CudaSchedule-L1-v0", "CudaSchedule-L2-v0"):
+    for env_id in ("CudaSchedule-Builtin-v1", "CudaSchedule-L1-v1", "CudaSchedule-L2-v1"):
         assert env_id in gym.registry and env_id in SCHEDULE_ENV_SPECS
         assert gym.registry[env_id].entry_point == "cuda_gym.envs.schedule_env:ScheduleEnv"
 

@@ -123,11 +123,18 @@ def get_init_inputs():
 
 
 def test_reference_conditioning_finds_a_reference_that_is_rounding_noise():
-    from benchmarks.reference_conditioning import conditioning_config, measure
     from cuda_gym.eval import EvalConfig, Evaluator
 
+    def measure(evaluator, task) -> dict:
+        """The identity's verdict and the judge's float64 measurement of the reference (as
+        benchmarks/reference_conditioning.py records them)."""
+        result = evaluator.evaluate(task, task.source + "\n\nclass ModelNew(Model):\n    pass\n")
+        measured = result.reference_error or {}
+        return {"ref_rel_error": max(measured.get("rel_norm", [float("nan")])), "rel_norm": measured.get("rel_norm", []),
+                "widened": "rel_norm_tolerance" in measured, "identity": result.error_code.value}
+
     tolerance = EvalConfig(precision="fp32").rel_norm_tolerance
-    config = conditioning_config()
+    config = EvalConfig(policy="permissive").for_check().replace(eval_timeout_s=120.0)
     with Evaluator("cpu", config) as evaluator:
         noisy = measure(evaluator, task_from_source(_DEGENERATE, task_id="t/L2/gn_mean", level=2, name="gn_mean"))
         sound = measure(evaluator, task_from_source(_WELL_CONDITIONED, task_id="t/L1/mm", level=1, name="mm"))

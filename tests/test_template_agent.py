@@ -273,7 +273,7 @@ class _RecordingEvaluator:
 
 @pytest.mark.slow
 def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator):
-    from benchmarks.template_agent import run_sweep
+    from cuda_gym.schedule.sweep import run_sweep
     from cuda_gym.leaderboard.metrics import geomean
 
     tasks = [get_task(t) for t in ("builtin/L1/gelu", "builtin/L1/argmax_dim", "builtin/L1/cumsum")]
@@ -294,7 +294,7 @@ def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator)
         assert not any(key.startswith("a_speedup") for key in row), row  # no speedup without a baseline
         assert row["b_correct"] and row["b_speedup_vs_eager"] > 0 and row["b_eager_ms"] > 0, row
         assert row["b_speedup_vs_compile"] is None  # this judge has no compile baseline
-    from benchmarks.template_agent import summarize
+    from cuda_gym.schedule.sweep import summarize
 
     entry = summarize(rows)["builtin/L1"]
     assert (entry["tasks"], entry["covered"], entry["judged"], entry["correct"], entry["b_correct"]) == (3, 2, 2, 2, 2)
@@ -314,22 +314,22 @@ def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator)
 
     # a verdict is carried only for the same candidate text: another text (a template changed) or a row
     # without a sha (a result from before the sha was recorded) is judged again
-    from benchmarks.template_agent import _carried, source_sha
+    from cuda_gym.schedule.sweep import carried_fields, source_sha
 
     gelu = rows["builtin/L1/gelu"]
     source = "the candidate text"
     row = {**gelu, "a_source_sha": source_sha(source)}
     knobs = gelu["a_knobs"]
-    assert _carried({"t": row}, "t", knobs, set(), "a", source_sha(source))["a_correct"]
-    assert _carried({"t": row}, "t", knobs, set(), "a", source_sha(source + " ")) == {}
-    assert _carried({"t": {k: v for k, v in row.items() if k != "a_source_sha"}}, "t", knobs, set(), "a",
+    assert carried_fields({"t": row}, "t", knobs, set(), "a", source_sha(source))["a_correct"]
+    assert carried_fields({"t": row}, "t", knobs, set(), "a", source_sha(source + " ")) == {}
+    assert carried_fields({"t": {k: v for k, v in row.items() if k != "a_source_sha"}}, "t", knobs, set(), "a",
                     source_sha(source)) == {}
 
 
 def test_sweep_cut_by_the_phase_a_share_keeps_every_row():
     from concurrent.futures import Future
 
-    from benchmarks.template_agent import run_sweep, summarize
+    from cuda_gym.schedule.sweep import run_sweep, summarize
 
     class NeverDone:  # a judge that never answers: phase A must end at its share of the budget
         def submit(self, task, source, **kwargs):

@@ -1,5 +1,5 @@
 """Which CUDA measurement the timer reports (timing.choose_cuda_time), on synthetic repeat times
-shaped like the H200's (docs/benchmarks.md): a 0.13 ms kernel, 0.01-0.09 ms of host issue time."""
+shaped like an H200's: a 0.13 ms kernel, 0.01-0.09 ms of host issue time."""
 from __future__ import annotations
 
 import pytest

@@ -33,7 +33,7 @@ def softmax_files() -> dict[str, str]:
 
 def test_registered_ids_and_tool_schemas():
     for suffix in ("Builtin", "L1", "L2", "L3", "Ops6K", "Synth"):
-        spec = gym.spec(f"CudaKernelWorkspace-{suffix}-v0")
+        spec = gym.spec(f"CudaKernelWorkspace-{suffix}-v1")
         assert spec.entry_point == "cuda_gym.envs.workspace_env:WorkspaceEnv"
         assert spec.kwargs["reward_mode"] == "final" and spec.kwargs["max_turns"] == 40
     names = [s["function"]["name"] for s in TOOL_SCHEMAS]
@@ -49,7 +49,7 @@ def test_registered_ids_and_tool_schemas():
 
 
 def test_scripted_episode_writes_a_shipped_solution_verifies_and_submits(cpu_evaluator):
-    env = gym.make("CudaKernelWorkspace-Builtin-v0", backend="cpu", evaluator=cpu_evaluator)
+    env = gym.make("CudaKernelWorkspace-Builtin-v1", backend="cpu", evaluator=cpu_evaluator)
     observation, info = env.reset(options={"task_id": GELU_TASK})
     workdir = Path(info["workdir"])
     assert "GUIDE.md" in observation and "class Model" in observation and info["max_turns"] == 40

@@ -14,6 +14,8 @@ import math
 import sys
 from pathlib import Path
 
+from cuda_gym.tasks.selection import add_task_options
+
 
 def add_command(commands: argparse._SubParsersAction) -> None:
     from cuda_gym.cli import add_eval_options, suite_list
@@ -28,8 +30,8 @@ def add_command(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--model", help="local checkpoint folder (transformers; weights are initialised at random "
                                        "when it holds only config.json and the tokenizer). --suite menu: optional")
     train.add_argument("--suite", help=f"menu (the CPU toy) or a suite: {suite_list()}")
-    train.add_argument("--tasks", help="comma-separated task ids (instead of --suite; menu/L1/<name> for menu tasks)")
-    train.add_argument("--levels", help="with --suite: comma-separated levels")
+    add_task_options(train, tasks_help="task ids, instead of --suite (menu/L1/<name> for menu tasks)",
+                     levels_help="with --suite: only these levels")
     train.add_argument("--data-path", help="KernelBench / Ops-6K data (else $CUDA_GYM_KERNELBENCH / $CUDA_GYM_OPS6K)")
     train.add_argument("--out", required=True, help="output directory (must not hold metrics.jsonl already)")
     train.add_argument("--updates", type=int, default=None, help="PPO updates (default: 30 on the menu, else 10)")
@@ -80,7 +82,7 @@ def run_train(args: argparse.Namespace) -> int:
         return _error(f"{out / 'metrics.jsonl'} exists; choose a new --out directory (nothing is overwritten)")
     if args.trajectories and not Path(args.trajectories).exists():
         return _error(f"--trajectories {args.trajectories} does not exist")
-    menu_tasks = args.tasks and all(t.strip().startswith("menu/") for t in args.tasks.split(",") if t.strip())
+    menu_tasks = args.tasks and all(t.startswith("menu/") for t in args.tasks)
     if args.suite == "menu" or menu_tasks:
         return _train_menu(args, stages, out)
     return _train_llm(args, stages, out)
@@ -117,7 +119,7 @@ def _train_menu(args, stages, out: Path) -> int:
     ppo_config = _ppo_config(args, menu.menu_ppo_config)
     names = None
     if args.tasks:
-        names = [t.strip().rsplit("/", 1)[-1] for t in args.tasks.split(",") if t.strip()]
+        names = [t.rsplit("/", 1)[-1] for t in args.tasks]
         unknown = [n for n in names if n not in menu.MENU_TASKS]
         if unknown:
             return _error(f"unknown menu tasks {unknown}; the menu has {', '.join(f'menu/L1/{n}' for n in menu.MENU_TASKS)}")

@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..tasks.selection import add_task_options
+
 
 def add_command(commands) -> None:
     from ..cli import add_eval_options, suite_list
@@ -18,8 +20,8 @@ def add_command(commands) -> None:
                                          "level<level>/<name>.py), or a trajectories.jsonl from `cuda-gym agent`")
     selection = sub.add_mutually_exclusive_group(required=True)
     selection.add_argument("--suite", help=f"judge every task of this suite ({suite_list()})")
-    selection.add_argument("--tasks", nargs="+", metavar="TASK_ID", help="judge these tasks only")
-    sub.add_argument("--levels", type=int, nargs="+", help="with --suite: only these levels")
+    add_task_options(sub, tasks_group=selection, tasks_help="judge these tasks only",
+                     levels_help="with --suite: only these levels")
     sub.add_argument("--data-path", help="KernelBench / Ops-6K data (else $CUDA_GYM_KERNELBENCH / $CUDA_GYM_OPS6K)")
     sub.add_argument("--out", required=True, help="folder for leaderboard.json, leaderboard.md and the PNGs")
     sub.add_argument("--seed", type=int, help="repeat a run with its revealed seed (default: a secret seed "

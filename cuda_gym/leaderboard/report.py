@@ -106,7 +106,7 @@ def _comparison(record: dict[str, Any], compare: dict[str, Any]) -> list[str]:
     if record["config"].get("confirm_faster") != compare["config"].get("confirm_faster"):
         lines += ["The runs timed milestone claims differently (`confirm_faster` "
                   f"{record['config'].get('confirm_faster')} here, {compare['config'].get('confirm_faster')} there: "
-                  "unset before session 8): their fast_p rates and geomeans are not measured alike.", ""]
+                  "None in records that predate the option): their fast_p rates and geomeans are not measured alike.", ""]
     if ours != theirs:
         lines += [f"The runs judged different tasks ({len(ours)} here, {len(theirs)} there, {len(ours & theirs)} in "
                   "both): their rates and geomeans are over different sets.", ""]

@@ -13,7 +13,7 @@ def add_command(commands: argparse._SubParsersAction) -> None:
         description="Compose chains of 1-5 torch operators into KernelBench-format tasks, keep those that run "
                     "deterministically in eager and torch.compile with an eager time in the window, drop "
                     "duplicates and anything close to KernelBench, and write them to --out "
-                    "(load them with load_suite('synth', data_path=OUT) or CudaKernel-Synth-v0).")
+                    "(load them with load_suite('synth', data_path=OUT) or CudaKernel-Synth-v1).")
     synth.add_argument("--n", type=int, default=100, help="tasks wanted (default 100)")
     synth.add_argument("--out", help="output directory (required unless --list-ops)")
     synth.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"],

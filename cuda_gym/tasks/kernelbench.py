@@ -31,7 +31,7 @@ _LEVEL_FILE = re.compile(r"level_?(\d+)")
 
 KERNELBENCH_HELP = f"""\
 KernelBench data is not downloaded by cuda_gym; point it at a local copy:
-  - pass data_path=... (gym.make("CudaKernel-L1-v0", data_path=...), or load_suite("kernelbench", data_path=...)),
+  - pass data_path=... (gym.make("CudaKernel-L1-v1", data_path=...), or load_suite("kernelbench", data_path=...)),
   - or set the environment variable {ENV_VAR}=/path/to/data.
 Accepted layouts:
   - a KernelBench checkout: <path>/KernelBench/level1/1_Square_matrix_multiplication_.py ...

@@ -34,7 +34,7 @@ _SOURCE_COUNT = re.compile(r"#\s*(\d+)\s*$")
 
 OPS6K_HELP = f"""\
 Ops-6K data is not downloaded by cuda_gym; point it at a local copy:
-  - pass data_path=... (gym.make("CudaKernel-Ops6K-v0", data_path=...), or load_suite("ops6k", data_path=...)),
+  - pass data_path=... (gym.make("CudaKernel-Ops6K-v1", data_path=...), or load_suite("ops6k", data_path=...)),
   - or set the environment variable {ENV_VAR}=/path/to/data.
 Expected: a .parquet (needs pyarrow: pip install 'cuda_gym[data]') or .jsonl file, or a folder holding
 them, with the columns ops, data_source, code. To get the dataset:

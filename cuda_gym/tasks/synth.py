@@ -20,7 +20,7 @@ ENV_VAR = "CUDA_GYM_SYNTH"
 SUITE = "synth"
 SYNTH_HELP = f"""\
 Synthesized tasks are made by `cuda-gym synth --out DIR` (see docs/synthesis.md); point the suite at DIR:
-  - pass data_path=DIR (load_suite("synth", data_path=DIR), gym.make("CudaKernel-Synth-v0", data_path=DIR)),
+  - pass data_path=DIR (load_suite("synth", data_path=DIR), gym.make("CudaKernel-Synth-v1", data_path=DIR)),
   - or set the environment variable {ENV_VAR}=DIR."""
 _LEVEL_DIR = re.compile(r"^level(\d+)$")
 

@@ -3,7 +3,6 @@
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
 DEFENCE: TamperCheck watches contextlib (a callable added to it is reported): FORBIDDEN.
-(Found by the session 19 audit of what the worker resolves after the candidate loads.)
 """
 import builtins, contextlib
 import torch, torch.nn as nn

@@ -3,7 +3,6 @@
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
 DEFENCE: the worker encodes its messages with the C encoder taken at import (protocol._dumps), so the rebinding changes nothing sent; TamperCheck watches json.encoder and reports it: FORBIDDEN.
-(Found by the session 19 audit of what the worker resolves after the candidate loads.)
 """
 import torch
 import torch.nn as nn

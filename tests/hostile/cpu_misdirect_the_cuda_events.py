@@ -5,9 +5,9 @@ nothing. The kernel itself is honest.
 
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
-DEFENCE: TamperCheck snapshots `torch.cuda.streams` (since session 19; the Event and Stream classes'
-    own methods were watched before, not the module globals those methods resolve): rebinding one
-    of its functions or modules is reported and the verdict is FORBIDDEN.
+DEFENCE: TamperCheck snapshots `torch.cuda.streams` (the module globals that the Event and Stream
+    classes' methods resolve, not only the methods): rebinding one of its functions or modules is
+    reported and the verdict is FORBIDDEN.
 """
 import types
 

@@ -6,7 +6,7 @@ no-op native function).
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
 DEFENCE: TamperCheck compares the identity of profiler_util.MEMORY_EVENT_NAME (WATCHED_OBJECTS; a
-    string, which the module watch does not compare): FORBIDDEN. (Found by the session 19 audit.)
+    string, which the module watch does not compare): FORBIDDEN.
 """
 import threading
 import torch

@@ -3,7 +3,6 @@
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
 DEFENCE: TamperCheck watches torch._library.simple_registry and compares the singleton's identity: FORBIDDEN.
-(Found by the session 19 audit of what the worker resolves after the candidate loads.)
 """
 import torch
 import torch.nn as nn

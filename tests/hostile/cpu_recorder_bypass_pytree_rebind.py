@@ -3,7 +3,6 @@
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
 DEFENCE: TamperCheck watches torch.utils._pytree: FORBIDDEN.
-(Found by the session 19 audit of what the worker resolves after the candidate loads.)
 """
 import torch
 import torch.nn as nn

@@ -3,7 +3,6 @@
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
 DEFENCE: TamperCheck reports torch.Tensor or Parameter in torch.utils._pytree.SUPPORTED_NODES (and the dict's identity): FORBIDDEN.
-(Found by the session 19 audit of what the worker resolves after the candidate loads.)
 """
 import torch
 import torch.nn as nn

@@ -3,7 +3,6 @@
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
 DEFENCE: TamperCheck reads the dispatch-rule registry's entries and reports any rule registered for a cuda_gym class: FORBIDDEN.
-(Found by the session 19 audit of what the worker resolves after the candidate loads.)
 """
 import torch
 import torch.nn as nn

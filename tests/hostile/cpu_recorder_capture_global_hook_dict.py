@@ -3,7 +3,6 @@
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
 DEFENCE: TamperCheck compares the global hook dicts' identity (WATCHED_OBJECTS): FORBIDDEN.
-(Found by the session 19 audit of what the worker resolves after the candidate loads.)
 """
 from collections import OrderedDict
 import torch, torch.nn as nn

@@ -6,7 +6,7 @@ step of forging the profiler cross-check). The kernel itself is honest.
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
 DEFENCE: TamperCheck settles torch's lazy lookup of the monitor before its snapshot and compares the
-    attribute's identity (WATCHED_OBJECTS): FORBIDDEN. (Found by the session 19 audit.)
+    attribute's identity (WATCHED_OBJECTS): FORBIDDEN.
 """
 import torch
 import torch.autograd.profiler as profiler

@@ -1,6 +1,6 @@
 """A kernel that never finishes (it spins on a flag in global memory): the worker blocks in its
 synchronize. (A spin on a volatile local is not enough: nvcc keeps it in a register and the kernel
-returned at once on the H200, leaving the output unwritten: INCORRECT.)
+returns at once, leaving the output unwritten: INCORRECT.)
 
 TASK: builtin/L1/gelu
 EXPECTED: TIMEOUT
