@@ -102,24 +102,25 @@ def copy_into(live: list[Any], values: list[Any]) -> None:
 
 
 class TimedLoader:
-    """Loads timed input k into the live tensors (`load`), keeping what was loaded until the call's
-    outputs are checked (`verify`). `make(TimedInput)` makes an input's values."""
+    """Loads timed input k into the live tensors (`load`) and checks them unchanged after a call
+    (`verify`). `make(TimedInput)` makes an input's values; the last one made is kept (for the
+    check, and for a second call on the same input, as a pair's two calls are)."""
 
     def __init__(self, live: list[Any], inputs: list[TimedInput], make: Callable[[TimedInput], list[Any]]):
         self.live, self.inputs, self.make = live, inputs, make
-        self._loaded: list[Any] | None = None
+        self._made: tuple[int, list[Any]] | None = None
 
     def load(self, index: int) -> None:
-        self._loaded = None  # freed before the next draw is made
-        self._loaded = self.make(self.inputs[index])
-        copy_into(self.live, self._loaded)
+        if self._made is None or self._made[0] != index:
+            self._made = None  # freed before the next draw is made
+            self._made = (index, self.make(self.inputs[index]))
+        copy_into(self.live, self._made[1])
 
     def verify(self) -> None:
-        """Raises InputsChanged where the live inputs differ from what was loaded."""
-        loaded, self._loaded = self._loaded, None
-        if loaded is None:
+        """Raises InputsChanged where the live inputs differ from what was loaded last."""
+        if self._made is None:
             return
-        changed = [i for i, (now, was) in enumerate(zip(self.live, loaded))
+        changed = [i for i, (now, was) in enumerate(zip(self.live, self._made[1]))
                    if isinstance(now, torch.Tensor) and not _same_tensor(now, was)]
         if changed:
             raise InputsChanged(f"the forward modified its input(s) {changed} in a timed call; inputs must stay "
