@@ -16,7 +16,8 @@ native code ran, and whether it tampered with the process.
   TorchDynamo and the mode stacks that hold the recorder under the strict policy) and snapshots
   what the evaluation relies on: the dicts of
   the modules and classes it calls (torch, time, builtins, numpy, the evaluator's own modules ...),
-  ATen dispatch tables, torch mode stacks, precision and threading flags, signal handlers. Its
+  ATen dispatch tables, torch mode stacks, precision and threading flags, signal handlers (Python's
+  and each signal's native disposition, read with libc's sigaction). Its
   `changes()` lists every difference and every denied attempt.
 
 Everything here runs in the same process as the candidate, so it raises the bar rather than
@@ -922,7 +923,7 @@ WATCHED_MODULES = (
     "torch.backends.cudnn", "torch.random", "torch.testing", "torch.utils.cpp_extension",
     "cuda_gym.native", "cuda_gym.eval.worker", "cuda_gym.eval.guard", "cuda_gym.eval.timing", "cuda_gym.eval.memory",
     "cuda_gym.eval.correctness", "cuda_gym.eval.protocol", "cuda_gym.eval.sandbox", "cuda_gym.eval.result",
-    "cuda_gym.eval.config", "cuda_gym.eval.output_digest", "cuda_gym.eval.switches",
+    "cuda_gym.eval.config", "cuda_gym.eval.output_digest", "cuda_gym.eval.switches", "cuda_gym.eval.host_memory",
 )
 # (module, class name) pairs whose class dict is snapshotted (every method, not a chosen few).
 WATCHED_CLASSES = (
@@ -981,6 +982,31 @@ def _persisting_l2_limit_getter() -> Callable[[], Any] | None:
     return persisting_l2_limit
 
 
+def _native_signal_reader(signals: list[int]) -> Callable[[], dict[int, tuple[int, int]]]:
+    """A function that reads each signal's disposition as the kernel holds it (libc's sigaction:
+    the handler's address, or SIG_DFL/SIG_IGN, and the flags). Native code that installs a handler
+    with sigaction is invisible to Python's signal.getsignal, which reads only the handlers set
+    through the signal module. Signals libc will not report (those it reserves) are left out."""
+    import ctypes
+
+    class SigAction(ctypes.Structure):  # struct sigaction of glibc on Linux (x86-64 and aarch64)
+        _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * (1024 // (8 * ctypes.sizeof(ctypes.c_ulong)))),
+                    ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+
+    sigaction = ctypes.CDLL(None).sigaction
+    sigaction.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(SigAction)]
+    sigaction.restype = ctypes.c_int
+    action, pointer = SigAction(), ctypes.pointer
+
+    def read() -> dict[int, tuple[int, int]]:
+        found = {}
+        for sig in signals:
+            if sigaction(sig, None, pointer(action)) == 0:
+                found[sig] = (action.handler or 0, action.flags)
+        return found
+    return read
+
+
 def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callable[[], list[str]]:
     """A closure that compares the process with the state captured now. Everything it calls is
     captured here, so rebinding module attributes, builtins or class methods later cannot change
@@ -1027,6 +1053,8 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callab
     signals = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
     get_signal = signal.getsignal
     handlers = {s: get_signal(s) for s in signals}
+    read_dispositions = _native_signal_reader(signals)
+    dispositions = read_dispositions()
     len_dispatch, len_function = torch._C._len_torch_dispatch_stack, torch._C._len_torch_function_stack
     include_set, exclude_set = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
     getters = {
@@ -1110,6 +1138,12 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callab
         for sig, handler in items(handlers):
             if get_signal(sig) is not handler:
                 changed.append(f"signal handler {sig}")
+        for sig, now_disposition in items(read_dispositions()):
+            before_disposition = dispositions.get(sig, now_disposition)
+            if now_disposition != before_disposition:
+                changed.append(f"native signal disposition {sig} (sigaction: handler, flags "
+                               f"{before_disposition[0]:#x}, {before_disposition[1]:#x} -> "
+                               f"{now_disposition[0]:#x}, {now_disposition[1]:#x})")
         if len_dispatch() or len_function():
             changed.append("a TorchDispatchMode/TorchFunctionMode left on the mode stack")
         for name, get in items(getters):
