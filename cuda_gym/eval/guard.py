@@ -485,6 +485,7 @@ class OpRecorder(TorchDispatchMode):
 
     # ------------------------------------------------------------------ the block
     def __enter__(self):
+        unobserved = _observer_flags() if Tripwire._armed is not None and Tripwire._armed._mode_access_denied else []
         try:
             self._profiler = _start_profiler() if self.cross_check else None
             if self._profiler is not None:
@@ -503,7 +504,10 @@ class OpRecorder(TorchDispatchMode):
             hooks.move_to_end(self._hook.id, last=False)  # before any hook of the candidate's
         self._entered = (dict(vars(self)), dict(vars(self._watch)), self._marks._marks)
         self._watch.__enter__()
-        return super().__enter__()
+        entered = super().__enter__()
+        for module, name, value in unobserved:  # set back on exit by TorchDispatchMode and the profiler
+            setattr(module, name, value)
+        return entered
 
     def __exit__(self, exc_type, exc, tb):
         try:
@@ -626,16 +630,44 @@ def native_call_total() -> int:
 
 
 # ---------------------------------------------------------------------------------------- tripwire
-# Functions that hand out the objects on torch's mode stacks (the op recorder, its watch) or take
-# them off (Tripwire.deny_mode_access).
+# Functions that hand out the objects on torch's mode stacks (the op recorder, its watch), take
+# them off, or tell whether a mode or the profiler is active (the stacks' lengths, the dispatch
+# TLS that a pushed mode sets, the profiler's state): with those a candidate runs PyTorch only when
+# nothing records it (Tripwire.deny_mode_access).
 _MODE_STACK_ACCESS = (
     ("torch._C", ("_get_dispatch_stack_at", "_pop_torch_dispatch_stack", "_get_function_stack_at",
-                  "_pop_torch_function_stack")),
+                  "_pop_torch_function_stack", "_len_torch_dispatch_stack", "_len_torch_function_stack",
+                  "_is_torch_function_mode_enabled", "_dispatch_tls_local_include_set",
+                  "_dispatch_tls_local_exclude_set", "_dispatch_tls_is_dispatch_key_included",
+                  "_dispatch_tls_is_dispatch_key_excluded", "_dispatch_tls_set_dispatch_key_included",
+                  "_dispatch_tls_set_dispatch_key_excluded", "_dump_local_tls_set")),
+    ("torch._C._autograd", ("_profiler_enabled", "_profiler_type")),
     ("torch.utils._python_dispatch", ("_get_current_dispatch_mode", "_get_current_dispatch_mode_stack", "_pop_mode",
-                                      "_pop_mode_temporarily", "_disable_current_modes")),
+                                      "_pop_mode_temporarily", "_disable_current_modes",
+                                      "any_torch_dispatch_mode_on_stack")),
     ("torch.overrides", ("_get_current_function_mode", "_get_current_function_mode_stack", "_pop_mode",
                          "_pop_mode_temporarily")),
 )
+# Module-global flags that torch sets while a dispatch mode or a profiler is active (read by
+# TorchDynamo and Inductor alone, both denied under the strict policy). Plain attributes cannot be
+# gated: under the strict policy the op recorder sets them back to what they read before it was
+# entered, so a recorded call reads them as an unrecorded one does.
+_OBSERVER_FLAGS = (
+    ("torch.autograd.profiler", "_is_profiler_enabled"),
+    ("torch.utils._python_dispatch", "_is_in_torch_dispatch_mode"),
+    ("torch.utils._python_dispatch", "_is_in_non_infra_torch_dispatch_mode"),
+    ("torch.utils._python_dispatch", "_is_in_any_mode_without_ignore_compile_internals"),
+)
+
+
+def _observer_flags() -> list[tuple[Any, str, Any]]:
+    """(module, name, value) of each _OBSERVER_FLAGS entry that exists in this torch."""
+    found = []
+    for module_name, name in _OBSERVER_FLAGS:
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, name):
+            found.append((module, name, getattr(module, name)))
+    return found
 
 
 def _mode_stack_gate(function: Callable[..., Any], label: str, known: set, events: list, local: Any,
@@ -1075,6 +1107,8 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callab
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
         "dispatch_tls_include": lambda f=include_set: repr(f()),
         "dispatch_tls_exclude": lambda f=exclude_set: repr(f()),
+        # The strict policy's switch that OpRecorder reads to hide torch's observer flags.
+        "mode_access_denied": lambda t=tripwire, v=builtins.vars: v(t).get("_mode_access_denied"),
     }
     if device == "cuda":
         getters["cuda.current_device"] = torch.cuda.current_device
