@@ -16,7 +16,8 @@ native code ran, and whether it tampered with the process.
   TorchDynamo and the mode stacks that hold the recorder under the strict policy) and snapshots
   what the evaluation relies on: the dicts of
   the modules and classes it calls (torch, time, builtins, numpy, the evaluator's own modules ...),
-  ATen dispatch tables, torch mode stacks, precision and threading flags, signal handlers. Its
+  ATen dispatch tables, torch mode stacks, precision and threading flags, signal handlers (Python's
+  and each signal's native disposition, read with libc's sigaction). Its
   `changes()` lists every difference and every denied attempt.
 
 Everything here runs in the same process as the candidate, so it raises the bar rather than
@@ -484,6 +485,7 @@ class OpRecorder(TorchDispatchMode):
 
     # ------------------------------------------------------------------ the block
     def __enter__(self):
+        unobserved = _observer_flags() if Tripwire._armed is not None and Tripwire._armed._mode_access_denied else []
         try:
             self._profiler = _start_profiler() if self.cross_check else None
             if self._profiler is not None:
@@ -502,7 +504,10 @@ class OpRecorder(TorchDispatchMode):
             hooks.move_to_end(self._hook.id, last=False)  # before any hook of the candidate's
         self._entered = (dict(vars(self)), dict(vars(self._watch)), self._marks._marks)
         self._watch.__enter__()
-        return super().__enter__()
+        entered = super().__enter__()
+        for module, name, value in unobserved:  # set back on exit by TorchDispatchMode and the profiler
+            setattr(module, name, value)
+        return entered
 
     def __exit__(self, exc_type, exc, tb):
         try:
@@ -625,16 +630,44 @@ def native_call_total() -> int:
 
 
 # ---------------------------------------------------------------------------------------- tripwire
-# Functions that hand out the objects on torch's mode stacks (the op recorder, its watch) or take
-# them off (Tripwire.deny_mode_access).
+# Functions that hand out the objects on torch's mode stacks (the op recorder, its watch), take
+# them off, or tell whether a mode or the profiler is active (the stacks' lengths, the dispatch
+# TLS that a pushed mode sets, the profiler's state): with those a candidate runs PyTorch only when
+# nothing records it (Tripwire.deny_mode_access).
 _MODE_STACK_ACCESS = (
     ("torch._C", ("_get_dispatch_stack_at", "_pop_torch_dispatch_stack", "_get_function_stack_at",
-                  "_pop_torch_function_stack")),
+                  "_pop_torch_function_stack", "_len_torch_dispatch_stack", "_len_torch_function_stack",
+                  "_is_torch_function_mode_enabled", "_dispatch_tls_local_include_set",
+                  "_dispatch_tls_local_exclude_set", "_dispatch_tls_is_dispatch_key_included",
+                  "_dispatch_tls_is_dispatch_key_excluded", "_dispatch_tls_set_dispatch_key_included",
+                  "_dispatch_tls_set_dispatch_key_excluded", "_dump_local_tls_set")),
+    ("torch._C._autograd", ("_profiler_enabled", "_profiler_type")),
     ("torch.utils._python_dispatch", ("_get_current_dispatch_mode", "_get_current_dispatch_mode_stack", "_pop_mode",
-                                      "_pop_mode_temporarily", "_disable_current_modes")),
+                                      "_pop_mode_temporarily", "_disable_current_modes",
+                                      "any_torch_dispatch_mode_on_stack")),
     ("torch.overrides", ("_get_current_function_mode", "_get_current_function_mode_stack", "_pop_mode",
                          "_pop_mode_temporarily")),
 )
+# Module-global flags that torch sets while a dispatch mode or a profiler is active (read by
+# TorchDynamo and Inductor alone, both denied under the strict policy). Plain attributes cannot be
+# gated: under the strict policy the op recorder sets them back to what they read before it was
+# entered, so a recorded call reads them as an unrecorded one does.
+_OBSERVER_FLAGS = (
+    ("torch.autograd.profiler", "_is_profiler_enabled"),
+    ("torch.utils._python_dispatch", "_is_in_torch_dispatch_mode"),
+    ("torch.utils._python_dispatch", "_is_in_non_infra_torch_dispatch_mode"),
+    ("torch.utils._python_dispatch", "_is_in_any_mode_without_ignore_compile_internals"),
+)
+
+
+def _observer_flags() -> list[tuple[Any, str, Any]]:
+    """(module, name, value) of each _OBSERVER_FLAGS entry that exists in this torch."""
+    found = []
+    for module_name, name in _OBSERVER_FLAGS:
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, name):
+            found.append((module, name, getattr(module, name)))
+    return found
 
 
 def _mode_stack_gate(function: Callable[..., Any], label: str, known: set, events: list, local: Any,
@@ -922,7 +955,7 @@ WATCHED_MODULES = (
     "torch.backends.cudnn", "torch.random", "torch.testing", "torch.utils.cpp_extension",
     "cuda_gym.native", "cuda_gym.eval.worker", "cuda_gym.eval.guard", "cuda_gym.eval.timing", "cuda_gym.eval.memory",
     "cuda_gym.eval.correctness", "cuda_gym.eval.protocol", "cuda_gym.eval.sandbox", "cuda_gym.eval.result",
-    "cuda_gym.eval.config", "cuda_gym.eval.output_digest", "cuda_gym.eval.switches",
+    "cuda_gym.eval.config", "cuda_gym.eval.output_digest", "cuda_gym.eval.switches", "cuda_gym.eval.host_memory",
 )
 # (module, class name) pairs whose class dict is snapshotted (every method, not a chosen few).
 WATCHED_CLASSES = (
@@ -981,6 +1014,31 @@ def _persisting_l2_limit_getter() -> Callable[[], Any] | None:
     return persisting_l2_limit
 
 
+def _native_signal_reader(signals: list[int]) -> Callable[[], dict[int, tuple[int, int]]]:
+    """A function that reads each signal's disposition as the kernel holds it (libc's sigaction:
+    the handler's address, or SIG_DFL/SIG_IGN, and the flags). Native code that installs a handler
+    with sigaction is invisible to Python's signal.getsignal, which reads only the handlers set
+    through the signal module. Signals libc will not report (those it reserves) are left out."""
+    import ctypes
+
+    class SigAction(ctypes.Structure):  # struct sigaction of glibc on Linux (x86-64 and aarch64)
+        _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * (1024 // (8 * ctypes.sizeof(ctypes.c_ulong)))),
+                    ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+
+    sigaction = ctypes.CDLL(None).sigaction
+    sigaction.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(SigAction)]
+    sigaction.restype = ctypes.c_int
+    action, pointer = SigAction(), ctypes.pointer
+
+    def read() -> dict[int, tuple[int, int]]:
+        found = {}
+        for sig in signals:
+            if sigaction(sig, None, pointer(action)) == 0:
+                found[sig] = (action.handler or 0, action.flags)
+        return found
+    return read
+
+
 def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callable[[], list[str]]:
     """A closure that compares the process with the state captured now. Everything it calls is
     captured here, so rebinding module attributes, builtins or class methods later cannot change
@@ -1027,6 +1085,8 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callab
     signals = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
     get_signal = signal.getsignal
     handlers = {s: get_signal(s) for s in signals}
+    read_dispositions = _native_signal_reader(signals)
+    dispositions = read_dispositions()
     len_dispatch, len_function = torch._C._len_torch_dispatch_stack, torch._C._len_torch_function_stack
     include_set, exclude_set = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
     getters = {
@@ -1047,6 +1107,8 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callab
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
         "dispatch_tls_include": lambda f=include_set: repr(f()),
         "dispatch_tls_exclude": lambda f=exclude_set: repr(f()),
+        # The strict policy's switch that OpRecorder reads to hide torch's observer flags.
+        "mode_access_denied": lambda t=tripwire, v=builtins.vars: v(t).get("_mode_access_denied"),
     }
     if device == "cuda":
         getters["cuda.current_device"] = torch.cuda.current_device
@@ -1110,6 +1172,12 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callab
         for sig, handler in items(handlers):
             if get_signal(sig) is not handler:
                 changed.append(f"signal handler {sig}")
+        for sig, now_disposition in items(read_dispositions()):
+            before_disposition = dispositions.get(sig, now_disposition)
+            if now_disposition != before_disposition:
+                changed.append(f"native signal disposition {sig} (sigaction: handler, flags "
+                               f"{before_disposition[0]:#x}, {before_disposition[1]:#x} -> "
+                               f"{now_disposition[0]:#x}, {now_disposition[1]:#x})")
         if len_dispatch() or len_function():
             changed.append("a TorchDispatchMode/TorchFunctionMode left on the mode stack")
         for name, get in items(getters):

@@ -23,6 +23,11 @@ within `SKETCH_MARGIN` times the relative-norm tolerance, the L2 norms within th
 the error is at most sqrt(n) times its norm). Where an
 output has no more than `SAMPLES` elements, the samples are the whole output and it is compared
 exactly as a trial's is. Integer and boolean outputs must be equal (samples, sums and sketch).
+
+A CPU output's memory is checked first, before any of its values is read (host_memory): memory
+that a page fault fills (PROT_NONE pages with a signal handler, userfaultfd, a shared or file
+mapping) would do the call's work inside these reads, after the clock stopped. Such an output's
+record fails `mismatch` ("output memory is not plain: ...").
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import host_memory
 from .config import EvalConfig
 from .correctness import ELEMENTWISE_ATOL_SCALE, ToleranceFloor, flatten_outputs, judge_stats, output_stats
 
@@ -49,10 +55,33 @@ HEADER = 4  # dtype code, element count, sum, squared L2 norm
 _CHUNK = {"cuda": SKETCH_BUCKETS << 16, "cpu": SKETCH_BUCKETS << 12}
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
 NOT_A_PLAIN_TENSOR = -1.0  # dtype code of an output that is not a plain tensor (a subclass can defer work)
+# Dtype code of a CPU output whose memory is not plain (host_memory: a page fault can compute it),
+# its record [code, index into host_memory.REASONS, the offending mapping's permissions as bits
+# (_PERMISSION_BITS; -1 where none), NaN].
+NOT_PLAIN_MEMORY = -2.0
+_PERMISSION_BITS = (("r", 1), ("w", 2), ("x", 4), ("s", 8))
 
 
 def _dtype_code(name: str) -> float:
     return float(DTYPES.index(name)) if name in DTYPES else float(len(DTYPES))
+
+
+def _permissions_code(perms: str) -> float:
+    return float(sum(bit for letter, bit in _PERMISSION_BITS if letter in perms)) if perms else -1.0
+
+
+def _permissions_text(code: float) -> str:
+    if not 0 <= code < 16:
+        return ""
+    bits = int(code)
+    return "".join(letter if bits & bit else "-" for letter, bit in _PERMISSION_BITS[:3]) + ("s" if bits & 8 else "p")
+
+
+def _not_plain_memory(record: np.ndarray) -> str:
+    reason = int(record[1]) if 0 <= record[1] < len(host_memory.REASONS) else None
+    why = host_memory.REASONS[reason] if reason is not None else "an unknown reason"
+    perms = _permissions_text(record[2])
+    return why + (f" (mapping {perms})" if perms else "")
 
 
 def _is_float_code(code: float) -> bool:
@@ -105,6 +134,11 @@ class DigestMaker:
                              *([0.0] * SKETCH_BUCKETS), number])
         if type(value) not in (torch.Tensor, torch.nn.Parameter):  # a subclass or any other object: never read
             return np.array([NOT_A_PLAIN_TENSOR, 0.0, math.nan, math.nan])
+        # Before anything reads the output: a read of a lazy page is what computes it.
+        problem = host_memory.tensor_memory_problem(value)
+        if problem is not None:
+            reason, perms = problem
+            return np.array([NOT_PLAIN_MEMORY, float(reason), _permissions_code(perms), math.nan])
         flat = value.detach().reshape(-1)
         numel = flat.numel()
         generator = self._generator(flat.device, input_index, output_index)
@@ -159,7 +193,7 @@ def split(digest: np.ndarray) -> list[np.ndarray] | None:
         if offset + HEADER > len(digest):
             return None
         code, numel = digest[offset], digest[offset + 1]
-        if code == NOT_A_PLAIN_TENSOR:
+        if code in (NOT_A_PLAIN_TENSOR, NOT_PLAIN_MEMORY):
             size = HEADER
         elif math.isfinite(numel) and numel >= 0:
             size = HEADER + SKETCH_BUCKETS + int(min(numel, SAMPLES))
@@ -193,6 +227,8 @@ def _record_mismatch(out: np.ndarray, ref: np.ndarray, label: str, config: EvalC
 
     if out[0] == NOT_A_PLAIN_TENSOR:
         return f"{label} is not a plain torch.Tensor"
+    if out[0] == NOT_PLAIN_MEMORY:
+        return f"{label}: output memory is not plain: {_not_plain_memory(out)}"
     if out[0] != ref[0]:
         got_name = DTYPES[int(out[0])] if 0 <= out[0] < len(DTYPES) else "another dtype"
         return f"{label} has dtype {got_name}, expected {DTYPES[int(ref[0])]} (a precision change is not allowed)"

@@ -8,10 +8,10 @@ timer stopped and every value the judge reads is exact.
 
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
-DEFENCE (wanted): the tamper check compares every signal's native disposition (sigaction's handler
-    address and flags, read through libc), not only Python's signal.getsignal, so a handler
-    installed by native code is FORBIDDEN. The same laziness without a signal handler
-    (userfaultfd) needs the timed region to end only after every page of every output was read.
+DEFENCE: the tamper check compares every signal's native disposition (libc sigaction: handler
+    address and flags, snapshotted when it is armed), not only Python's signal.getsignal: the
+    SIGSEGV handler is FORBIDDEN ("native signal disposition 11"). Without it, the output digest
+    still fails the output before reading it (host_memory: the memfd mapping is '---s').
 """
 import ctypes
 

@@ -6,10 +6,11 @@ comparisons fault every page in after the timer stopped. Nothing about signals c
 sigaction check alone does not see it.
 
 TASK: builtin/L1/gelu
-EXPECTED: OK_NOT_FASTER
-DEFENCE (wanted): the timed region ends only after every page of every output was read (a
-    one-byte read per page, or the digest's first pass, inside the clock), so work the call left
-    to page faults is timed; the baselines' timed calls pay the same reads.
+EXPECTED: INCORRECT
+DEFENCE: the output digest checks a CPU output's memory before reading any of it (host_memory):
+    its mapping carries the VmFlags 'um' (userfaultfd missing-page tracking) in /proc/self/smaps,
+    so the timed call's record fails ("output memory is not plain: it is registered with
+    userfaultfd").
 """
 import ctypes
 
