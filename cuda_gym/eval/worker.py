@@ -636,14 +636,44 @@ def _fresh_reference(setup: _TaskSetup, job: dict, device: str) -> Any:
 
 
 def _setup_or_error(channel: _Channel, job: dict, device: str) -> _TaskSetup | None:
-    """The task's setup, or None after sending TASK_ERROR: the reference failed or does not fit."""
-    try:
-        return _TaskSetup(job, device)
-    except memory.NotEnoughMemory as exc:
-        _error(channel, "TASK_ERROR", f"the task does not fit this device: {exc}")
-    except BaseException as exc:  # noqa: BLE001
-        _reference_failed(channel, exc, device, None)
+    """The task's setup, or None after sending TASK_ERROR: the reference failed or does not fit.
+    On CUDA, a setup that runs out of memory while other processes still free theirs (a worker
+    killed just before this one started tears down for a while) is tried once more after the
+    device's free memory has stopped rising."""
+    for attempt in (0, 1):
+        try:
+            return _TaskSetup(job, device)
+        except BaseException as exc:  # noqa: BLE001
+            short = isinstance(exc, memory.NotEnoughMemory) or _is_oom(exc)
+            if attempt == 0 and short and device == "cuda" and _wait_for_freed_device_memory():
+                continue
+            if isinstance(exc, memory.NotEnoughMemory):
+                _error(channel, "TASK_ERROR", f"the task does not fit this device: {exc}")
+            else:
+                _reference_failed(channel, exc, device, None)
+            return None
     return None
+
+
+FREED_MEMORY_WAIT_S = 20.0  # how long a setup short of memory waits for other processes to free theirs
+
+
+def _wait_for_freed_device_memory() -> bool:
+    """Frees this process's cached blocks, then waits (up to FREED_MEMORY_WAIT_S) until the
+    device's free memory has not risen for a second. True if it rose meanwhile: worth a retry."""
+    import gc
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    first = last = torch.cuda.mem_get_info()[0]
+    stable_since = started = _perf_counter()
+    while _perf_counter() - started < FREED_MEMORY_WAIT_S and _perf_counter() - stable_since < 1.0:
+        time.sleep(0.1)
+        free = torch.cuda.mem_get_info()[0]
+        if free > last + (64 << 20):
+            stable_since = _perf_counter()
+        last = max(last, free)
+    return last > first + (256 << 20)
 
 
 class _PhaseClock:

@@ -1,5 +1,5 @@
-"""Cache modulo the judge's rotation, answered by a zero-copy view: every timed input is one of a few
-resident input sets with each tensor's flat elements rotated by a secret shift, and an elementwise
+"""Cache modulo the judge's rotation, answered by a zero-copy view: when every timed input was one of a
+few resident input sets with each tensor's flat elements rotated by a secret shift, and an elementwise
 op commutes with a rotation. The candidate keeps the first inputs it sees (the warm-ups cover every
 timing set before any timed call) with a small hash of every 64th position, and the exact GELU of
 each, written twice in a row into one buffer. For a new input it finds the shift from 64 look-ups,
@@ -10,10 +10,9 @@ no rotation of a cached one gets the real kernel.
 
 TASK: builtin/L1/gelu
 EXPECTED: OK_NOT_FASTER
-DEFENCE (wanted): a timed input must not be predictable from earlier calls up to a transform the
-    task commutes with: fresh draws for timed calls (not rotations of resident sets), or a rotation
-    that is not a pure flat roll (e.g. an independent permutation per call, or a new draw per set
-    and call), and outputs that alias memory the candidate kept across calls rejected.
+DEFENCE: every timed call gets a fresh draw of the task's inputs under a secret seed
+    (timed_inputs.py): no timed input is a rearrangement of one seen before, so the look-up
+    never hits and the candidate computes every call.
 """
 import torch
 import torch.nn as nn

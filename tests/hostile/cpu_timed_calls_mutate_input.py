@@ -7,10 +7,8 @@ unchanged) is broken in every call that is timed.
 
 TASK: builtin/L1/gelu
 EXPECTED: INCORRECT
-DEFENCE (wanted): after every timed call (and paired call) the live inputs are compared with what
-    was loaded (an exact digest of the inputs: their sums and sketch taken before the call and
-    after it, or a byte compare), INCORRECT when they differ; and an output that aliases an input
-    of the call is rejected.
+DEFENCE: after every checked timed and paired call the live inputs are compared, element for
+    element, with the draw they were loaded from (timed_inputs.TimedLoader.verify): INCORRECT.
 """
 import torch
 import torch.autograd.profiler as profiler
