@@ -236,9 +236,11 @@ class RemoteEvaluator:
                     self._poller = None
                     return
                 job_ids = list(self._pending)[:POLL_BATCH]
+                first_deadline = min(since for _, since in self._pending.values()) + self.job_timeout_s
+            wait_s = min(POLL_WAIT_S, max(0.05, first_deadline - time.monotonic()))
             try:
-                answer = self._request("POST", "/results", {"job_ids": job_ids, "wait_s": POLL_WAIT_S},
-                                       timeout_s=POLL_WAIT_S + self.connect_timeout_s)
+                answer = self._request("POST", "/results", {"job_ids": job_ids, "wait_s": wait_s},
+                                       timeout_s=wait_s + self.connect_timeout_s)
                 unreachable_since = None
             except JudgeUnavailable as exc:
                 now = time.monotonic()
@@ -306,6 +308,10 @@ class RemoteEvaluator:
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         payload = json.dumps(body).encode() if body is not None else None
+        limit = getattr(self, "info", {}).get("max_body_bytes")
+        if payload is not None and limit and len(payload) > limit:
+            raise JudgeRequestError(413, f"the request body is {len(payload)} bytes, over the service's limit of "
+                                         f"{limit} bytes (not sent): send fewer or smaller candidates per request")
         timeout_s = timeout_s or self.connect_timeout_s
         for attempt in (1, 2):
             connection = self._connection(timeout_s)

@@ -11,7 +11,7 @@
     POST /v1/baselines          {task, backend?, config?} -> the evaluator's baselines for the task
 
 With tokens, every request needs `Authorization: Bearer <token>`; each token is one client (its
-own jobs and queue bound). Bodies over `max_body_bytes` are refused (413) before they are read whole.
+own jobs and queue bound). Bodies over `max_body_bytes` are refused (413) as soon as that many bytes came.
 """
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ import asyncio
 import dataclasses
 import hashlib
 import hmac
+import json
 import time
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from .jobs import JobBook, JobRefused
@@ -56,6 +58,12 @@ class BaselinesRequest(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
+def _json(data: Any) -> Response:
+    """JSON as `json.dumps` writes it: verdicts hold infinite errors (Infinity), which Starlette's
+    JSONResponse refuses; Python's `json.loads` on the client reads them back exactly."""
+    return Response(content=json.dumps(data, separators=(",", ":")), media_type="application/json")
+
+
 def client_name(token: str) -> str:
     """A token's client name: a short hash, so that the journal never holds a token."""
     return "token-" + hashlib.sha256(token.encode()).hexdigest()[:12]
@@ -75,20 +83,26 @@ class BodyLimit:
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             return await self._refuse(send)
-        seen = 0
-
-        async def limited_receive() -> dict:
-            nonlocal seen
+        # Read the body here, up to the limit, and hand it on whole: FastAPI would turn an error
+        # raised while it reads into a 400.
+        chunks, seen, more = [], 0, True
+        while more:
             message = await receive()
-            seen += len(message.get("body", b""))
+            if message["type"] != "http.request":
+                return await self.app(scope, _replay([message], receive), send)
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
+            more = message.get("more_body", False)
             if seen > self.max_bytes:
-                raise _TooLarge()
-            return message
-
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
-            await self._refuse(send)
+                # Read on (discarding) to the body's end, so that the client is done sending and reads
+                # the 413; a body that goes on past 4x the limit is cut off.
+                while more and seen <= 4 * self.max_bytes:
+                    message = await receive()
+                    seen += len(message.get("body", b""))
+                    more = message.get("more_body", False)
+                return await self._refuse(send)
+        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([body], receive), send)
 
     async def _refuse(self, send: Any) -> None:
         body = (f'{{"detail":"the request body is over this service\'s limit of {self.max_bytes} bytes: '
@@ -99,8 +113,14 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-class _TooLarge(Exception):
-    pass
+def _replay(messages: list[dict], receive: Any) -> Any:
+    """An ASGI receive that first returns `messages`, then whatever `receive` gives."""
+    queued = list(messages)
+
+    async def replayed() -> dict:
+        return queued.pop(0) if queued else await receive()
+
+    return replayed
 
 
 class _Changes:
@@ -129,6 +149,7 @@ def make_app(book: JobBook, tokens: list[str] | None = None, *, max_body_bytes: 
     by_digest = {hashlib.sha256(t.encode()).digest(): client_name(t) for t in tokens or []}
     changes = _Changes()
     book.on_change = changes.notify
+    book.max_body_bytes = max_body_bytes
     app = FastAPI(title="cuda-gym judge", version="1", docs_url=None, redoc_url=None, openapi_url=None)
 
     def client(request: Request) -> str:
@@ -146,12 +167,12 @@ def make_app(book: JobBook, tokens: list[str] | None = None, *, max_body_bytes: 
         return HTTPException(exc.status, str(exc))
 
     @app.get("/v1/health")
-    def health(who: str = Depends(client)) -> dict:
-        return book.info()
+    def health(who: str = Depends(client)) -> Response:
+        return _json(book.info())
 
     @app.get("/v1/tasks")
-    def tasks(who: str = Depends(client)) -> dict:
-        return {"tasks": [{"id": t.id, "level": t.level, "name": t.name} for t in book.tasks.values()]}
+    def tasks(who: str = Depends(client)) -> Response:
+        return _json({"tasks": [{"id": t.id, "level": t.level, "name": t.name} for t in book.tasks.values()]})
 
     def take(who: str, jobs: list[JobRequest]) -> list[str]:
         if len(jobs) > book.limits.max_batch:
@@ -161,16 +182,16 @@ def make_app(book: JobBook, tokens: list[str] | None = None, *, max_body_bytes: 
         return book.submit(who, resolved)
 
     @app.post("/v1/jobs")
-    def submit(job: JobRequest, who: str = Depends(client)) -> dict:
+    def submit(job: JobRequest, who: str = Depends(client)) -> Response:
         try:
-            return {"job_id": take(who, [job])[0]}
+            return _json({"job_id": take(who, [job])[0]})
         except JobRefused as exc:
             raise refused(exc) from None
 
     @app.post("/v1/jobs/batch")
-    def submit_batch(batch: BatchRequest, who: str = Depends(client)) -> dict:
+    def submit_batch(batch: BatchRequest, who: str = Depends(client)) -> Response:
         try:
-            return {"job_ids": take(who, batch.jobs)}
+            return _json({"job_ids": take(who, batch.jobs)})
         except JobRefused as exc:
             raise refused(exc) from None
 
@@ -191,25 +212,25 @@ def make_app(book: JobBook, tokens: list[str] | None = None, *, max_body_bytes: 
                 pass
 
     @app.get("/v1/jobs/{job_id}")
-    async def result(job_id: str, wait_s: float = 0.0, who: str = Depends(client)) -> dict:
-        return (await wait_for(who, [job_id], wait_s))[0]
+    async def result(job_id: str, wait_s: float = 0.0, who: str = Depends(client)) -> Response:
+        return _json((await wait_for(who, [job_id], wait_s))[0])
 
     @app.post("/v1/results")
-    async def results(request: ResultsRequest, who: str = Depends(client)) -> dict:
+    async def results(request: ResultsRequest, who: str = Depends(client)) -> Response:
         if len(request.job_ids) > book.limits.max_queued_per_client + book.limits.max_batch:
             raise HTTPException(413, f"{len(request.job_ids)} job ids in one request; ask about fewer")
-        return {"jobs": await wait_for(who, request.job_ids, request.wait_s)}
+        return _json({"jobs": await wait_for(who, request.job_ids, request.wait_s)})
 
     @app.get("/v1/lost")
-    def lost(who: str = Depends(client)) -> dict:
-        return {"jobs": book.lost_jobs(who)}
+    def lost(who: str = Depends(client)) -> Response:
+        return _json({"jobs": book.lost_jobs(who)})
 
     @app.get("/v1/metrics")
-    def metrics(who: str = Depends(client)) -> dict:
-        return book.metrics()
+    def metrics(who: str = Depends(client)) -> Response:
+        return _json(book.metrics())
 
     @app.post("/v1/baselines")
-    def baselines(request: BaselinesRequest, who: str = Depends(client)) -> dict:
+    def baselines(request: BaselinesRequest, who: str = Depends(client)) -> Response:
         try:
             task = book.resolve_task(request.task_id, request.task)
             config = book.resolve_config(request.config)
@@ -219,7 +240,7 @@ def make_app(book: JobBook, tokens: list[str] | None = None, *, max_body_bytes: 
             answer = book.evaluator.baselines(task, backend=request.backend, config=config)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
-        return {key: (dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value)
-                for key, value in answer.items()}
+        return _json({key: (dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value)
+                      for key, value in answer.items()})
 
     return BodyLimit(app, max_body_bytes)

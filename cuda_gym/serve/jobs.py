@@ -63,6 +63,7 @@ class JobBook:
         self.limits = limits or ServiceLimits()
         self.base_config: EvalConfig = evaluator.config
         self.on_change: Callable[[], None] = lambda: None
+        self.max_body_bytes: int | None = None  # the HTTP layer's limit, told to clients
         self._lock = threading.Lock()
         self._queued: dict[str, str] = {}  # job id -> client, for jobs without a verdict yet
         self._stats = _Stats()
@@ -202,4 +203,6 @@ class JobBook:
         return {"status": "ok", "backend": evaluator.backend, "device": evaluator.device_name,
                 "torch_version": getattr(evaluator, "torch_version", ""),
                 "config": dataclasses.asdict(self.base_config), "tasks": len(self.tasks),
-                "lost_jobs": len(self.journal.lost), "allow_task_source": self.limits.allow_task_source}
+                "lost_jobs": len(self.journal.lost), "allow_task_source": self.limits.allow_task_source,
+                "max_body_bytes": self.max_body_bytes, "max_batch": self.limits.max_batch,
+                "max_queued_per_client": self.limits.max_queued_per_client}
