@@ -15,6 +15,7 @@ EXTRAS = {
     "ray": ["ray>=2.40"],  # cuda_gym/eval/distributed.py: RayEvaluator (docs/scaling.md)
     # cuda_gym/serve: `cuda-gym serve` (docs/serving.md); its client, RemoteEvaluator, needs nothing extra.
     "serve": ["fastapi>=0.110", "uvicorn>=0.29"],
+    "openenv": ["openenv-core>=0.3", "fastapi>=0.110", "uvicorn>=0.29"],  # cuda_gym/serve/openenv_env.py
 }
 EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
 

@@ -57,8 +57,12 @@ class FakeJudge:
         self.config = config or EvalConfig()
         self.gate = threading.Event()
 
+    def evaluate(self, task, candidate, *, backend=None, config=None) -> EvalResult:
+        return self.submit(task, candidate, backend=backend, config=config).result()
+
     def submit(self, task, candidate, *, backend=None, config=None) -> Future:
         future: Future = Future()
+        candidate = getattr(candidate, "source", candidate)
         code = next((c for c in ErrorCode if c.value in candidate), ErrorCode.INVALID_ACTION)
 
         def judge():

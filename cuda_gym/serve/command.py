@@ -33,6 +33,10 @@ def add_command(commands) -> None:
     sub.add_argument("--max-queued", type=int, default=4096, help="jobs of all clients not yet judged")
     sub.add_argument("--max-batch", type=int, default=256, help="jobs in one batch request")
     sub.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body in MB (default 8)")
+    sub.add_argument("--openenv", action="store_true",
+                     help="serve the text environment (KernelEnv) over OpenEnv's protocol instead of the judge API "
+                          "(extra `openenv`); localhost only, since OpenEnv's server has no authentication")
+    sub.add_argument("--max-sessions", type=int, default=8, help="with --openenv: concurrent episodes")
     add_eval_options(sub, judge=False)
     sub.set_defaults(func=_cmd_serve)
 
@@ -58,6 +62,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
     host = args.host or LOOPBACK
+    if args.openenv:
+        return _serve_openenv(args, host, tokens)
     journal = Path(args.journal) if args.journal else Path(
         os.environ.get("CUDA_GYM_CACHE") or Path.home() / ".cache" / "cuda_gym") / "serve"
     limits = ServiceLimits(max_queued_per_client=args.max_queued_per_client, max_queued=args.max_queued,
@@ -75,4 +81,31 @@ def _cmd_serve(args: argparse.Namespace) -> int:
               f"{service.journal.path} ({len(service.journal.entries)} jobs"
               f"{f', {lost} lost unjudged in an earlier run' if lost else ''})", flush=True)
         service.serve_forever()
+    return 0
+
+
+def _serve_openenv(args: argparse.Namespace, host: str, tokens: list[str]) -> int:
+    from ..cli import make_evaluator
+    from .server import is_loopback
+
+    if tokens or not is_loopback(host):
+        print("error: --openenv serves without authentication (OpenEnv's server has none), so on localhost only "
+              "and without --token-file; reach it from another machine through an SSH tunnel", file=sys.stderr)
+        return 2
+    if args.suite and len(args.suite) > 1:
+        print("error: --openenv serves one suite", file=sys.stderr)
+        return 2
+    try:
+        from .openenv_env import serve_openenv
+    except ImportError as exc:
+        print(f"error: --openenv needs openenv-core: pip install 'cuda_gym[openenv]' ({exc})", file=sys.stderr)
+        return 2
+    suite = (args.suite or ["builtin"])[0]
+    env_kwargs = {"suite": suite} | ({"data_path": args.data_path} if args.data_path else {})
+    with make_evaluator(args) as evaluator:
+        server = serve_openenv(evaluator, port=args.port, max_sessions=args.max_sessions, backend=evaluator.backend,
+                               **env_kwargs)
+        print(f"cuda-gym serve --openenv: KernelEnv on suite {suite} over OpenEnv at {server.url} (WebSocket /ws), "
+              f"judged on {evaluator.device_name}; up to {args.max_sessions} sessions", flush=True)
+        server.serve_forever()
     return 0

@@ -39,31 +39,27 @@ def read_tokens(token_file: str | Path) -> list[str]:
     return tokens
 
 
-class Service:
-    """The judge service over `evaluator`: journal in `journal_dir`, tasks `tasks` judged by id.
+class AppServer:
+    """An ASGI app under uvicorn on `host:port` (`port=0`: a free port, `.port` says which): in a
+    background thread (`start()` / `stop()`) or in the foreground (`serve_forever()`). Refuses any
+    host but a loopback address unless `authenticated` (the app checks tokens)."""
 
-    Without tokens it refuses any host but a loopback address. `port=0` picks a free port (`.port`
-    says which). Use `start()` (a background thread) and `stop()`, or `serve_forever()`."""
-
-    def __init__(self, evaluator: Any, tasks: list[Task], journal_dir: str | Path, *, host: str = LOOPBACK,
-                 port: int = 8765, tokens: list[str] | None = None, limits: ServiceLimits | None = None,
-                 max_body_bytes: int = 8 << 20, log_level: str = "warning"):
+    def __init__(self, app: Any, *, host: str = LOOPBACK, port: int = 8765, authenticated: bool = False,
+                 log_level: str = "warning"):
         import uvicorn
 
-        if not tokens and not is_loopback(host):
+        if not authenticated and not is_loopback(host):
             raise ValueError(f"refusing to listen on {host} without a token: a service reachable from other "
                              "machines needs --token-file (or $CUDA_GYM_JUDGE_TOKEN); without one it binds to "
                              f"{LOOPBACK} only")
-        self.journal = Journal(journal_dir)
-        self.book = JobBook(evaluator, self.journal, tasks, limits)
-        self.app = make_app(self.book, tokens, max_body_bytes=max_body_bytes)
+        self.app = app
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on such sockets (else 40 ms delayed-ACK stalls).
         self.socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind((host, port))
         self.host, self.port = host, self.socket.getsockname()[1]
-        self._server = uvicorn.Server(uvicorn.Config(self.app, log_level=log_level, timeout_keep_alive=75))
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_keep_alive=75))
         self._thread: threading.Thread | None = None
 
     @property
@@ -72,35 +68,55 @@ class Service:
         return f"http://{host}:{self.port}"
 
     def serve_forever(self) -> None:
-        """Serve in this thread until interrupted (Ctrl-C / SIGTERM), then close the journal."""
+        """Serve in this thread until interrupted (Ctrl-C / SIGTERM)."""
         try:
             self._server.run(sockets=[self.socket])
         finally:
-            self.journal.close()
+            self.closed()
 
-    def start(self) -> "Service":
-        """Serve in a background thread; returns once the service answers."""
+    def start(self) -> "AppServer":
+        """Serve in a background thread; returns once the server listens."""
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self.socket]},
                                         name="cuda-gym-serve", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 30
         while not self._server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the judge service did not start")
+                raise RuntimeError("the service did not start")
             time.sleep(0.02)
         return self
 
     def stop(self) -> None:
-        """Stop serving (open requests are finished first) and close the journal. Jobs still being
-        judged are not waited for: a restarted service reports them lost."""
+        """Stop serving (open requests are finished first)."""
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=30)
         self.socket.close()
-        self.journal.close()
+        self.closed()
 
-    def __enter__(self) -> "Service":
+    def closed(self) -> None:
+        """Called once serving has stopped."""
+
+    def __enter__(self) -> "AppServer":
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+class Service(AppServer):
+    """The judge service over `evaluator`: journal in `journal_dir`, tasks `tasks` judged by id.
+    Jobs still being judged at `stop()` are not waited for: a restarted service reports them lost."""
+
+    def __init__(self, evaluator: Any, tasks: list[Task], journal_dir: str | Path, *, host: str = LOOPBACK,
+                 port: int = 8765, tokens: list[str] | None = None, limits: ServiceLimits | None = None,
+                 max_body_bytes: int = 8 << 20, log_level: str = "warning"):
+        if not tokens and not is_loopback(host):
+            super().__init__(None, host=host, authenticated=False)  # raises: no token off localhost
+        self.journal = Journal(journal_dir)
+        self.book = JobBook(evaluator, self.journal, tasks, limits)
+        super().__init__(make_app(self.book, tokens, max_body_bytes=max_body_bytes), host=host, port=port,
+                         authenticated=bool(tokens), log_level=log_level)
+
+    def closed(self) -> None:
+        self.journal.close()
