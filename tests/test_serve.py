@@ -152,6 +152,28 @@ def test_each_client_has_a_bound_on_queued_jobs(fake_service):
             b.fetch(held[0].job_id, timeout_s=10)
 
 
+def test_results_are_long_polled_and_batches_are_taken_whole(fake_service):
+    auth = {"Authorization": f"Bearer {TOKEN_A}"}
+    with RemoteEvaluator(fake_service.url, TOKEN_A) as remote:
+        held = remote.submit(GELU, "hold OK")
+        started = time.monotonic()
+        status, answer = raw(fake_service, "GET", f"/v1/jobs/{held.job_id}?wait_s=0.5", headers=auth)
+        assert (status, answer["status"]) == (200, "queued") and time.monotonic() - started >= 0.5
+        threading.Timer(0.3, fake_service.judge.gate.set).start()
+        started = time.monotonic()
+        status, answer = raw(fake_service, "GET", f"/v1/jobs/{held.job_id}?wait_s=30", headers=auth)
+        assert answer["status"] == "done" and answer["result"]["error_code"] == "OK"
+        assert time.monotonic() - started < 5, "a long-poll returns when the verdict lands, not at wait_s"
+        # A batch over the client's bound (3) is refused whole: nothing of it is queued.
+        fake_service.judge.gate.clear()
+        with pytest.raises(JudgeRequestError, match="HTTP 429"):
+            remote.submit_many([(GELU, "hold OK")] * 4)
+        assert remote.metrics()["queue_depth"] == 0
+        fake_service.judge.gate.set()
+        futures = remote.submit_many([(GELU, "OK"), (GELU, "INCORRECT"), (GELU, "RUNTIME_ERROR")])
+        assert [f.result(timeout=10).error_code.value for f in futures] == ["OK", "INCORRECT", "RUNTIME_ERROR"]
+
+
 def test_job_requests_are_checked(fake_service, tmp_path):
     with RemoteEvaluator(fake_service.url, TOKEN_A) as remote:
         other = get_task(GELU_TASK)
