@@ -114,8 +114,15 @@ class JobBook:
             job_ids = [secrets.token_hex(12) for _ in jobs]
             for job_id in job_ids:
                 self._queued[job_id] = client
+        try:
+            for job_id, (task, candidate, _, _) in zip(job_ids, jobs):
+                self.journal.submitted(job_id, client, task.id, hashlib.sha256(candidate.encode()).hexdigest()[:20])
+        except OSError as exc:  # a full or failing disk: take nothing (what was journaled reads as lost later)
+            with self._lock:
+                for job_id in job_ids:
+                    self._queued.pop(job_id, None)
+            raise JobRefused(503, f"the service could not write its journal ({exc}); try again later") from None
         for job_id, (task, candidate, backend, config) in zip(job_ids, jobs):
-            self.journal.submitted(job_id, client, task.id, hashlib.sha256(candidate.encode()).hexdigest()[:20])
             try:
                 future = self.evaluator.submit(task, candidate, backend=backend, config=config)
             except Exception as exc:  # noqa: BLE001 - a refused submit is still journaled as a verdict
