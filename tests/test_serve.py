@@ -57,6 +57,10 @@ class FakeJudge:
         self.config = config or EvalConfig()
         self.gate = threading.Event()
 
+    def baselines(self, task, *, backend=None, config=None) -> dict:
+        return {"eager": rich_result(task.id, ErrorCode.OK).eager_time, "compile": None,
+                "errors": {"compile": "skipped"}, "worker_medians_ms": {"eager": [1.25], "compile": None}}
+
     def evaluate(self, task, candidate, *, backend=None, config=None) -> EvalResult:
         return self.submit(task, candidate, backend=backend, config=config).result()
 
@@ -97,6 +101,11 @@ def test_a_verdict_round_trips_through_the_service_losslessly(fake_service):
             got = remote.evaluate(GELU, f"class ModelNew: pass  # {code.value}")
             assert got.to_dict() == rich_result(GELU.id, code).to_dict()
         assert remote.backend == "cpu" and remote.device_name == "fake-cpu" and remote.config == EvalConfig()
+
+
+def test_baselines_come_back_as_the_evaluator_gives_them(fake_service):
+    with RemoteEvaluator(fake_service.url, TOKEN_A) as remote:
+        assert remote.baselines(GELU) == fake_service.judge.baselines(GELU)
 
 
 def test_requests_without_the_right_token_are_refused(fake_service):

@@ -268,10 +268,10 @@ class RemoteEvaluator:
             status = job["status"]
             if status == "done":
                 self._resolve(job["job_id"], result=EvalResult.from_dict(job["result"]))
-            elif status in ("lost", "unknown"):
-                error = JudgeJobLost if status == "lost" else JudgeRequestError
-                message = job.get("message") or f"job {job['job_id']}: {status}"
-                self._resolve(job["job_id"], error=error(message) if error is JudgeJobLost else error(404, message))
+            elif status == "lost":
+                self._resolve(job["job_id"], error=JudgeJobLost(job.get("message") or f"job {job['job_id']} was lost"))
+            elif status == "unknown":
+                self._resolve(job["job_id"], error=JudgeRequestError(404, job.get("message") or f"no job {job['job_id']}"))
             elif now - since > self.job_timeout_s:
                 self._resolve(job["job_id"], error=JudgeUnavailable(
                     f"job {job['job_id']} had no verdict after {self.job_timeout_s:.0f} s (status {status}); the "
