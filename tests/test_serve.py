@@ -125,6 +125,18 @@ def test_a_service_without_a_token_listens_on_localhost_only(tmp_path):
         Service(FakeJudge(), BUILTIN, tmp_path, host="0.0.0.0", port=0)
 
 
+def test_the_serve_command_refuses_other_hosts_without_a_token_and_short_tokens(tmp_path, capsys, monkeypatch):
+    from cuda_gym.cli import main
+
+    monkeypatch.delenv("CUDA_GYM_JUDGE_TOKEN", raising=False)
+    assert main(["serve", "--host", "0.0.0.0", "--backend", "cpu"]) == 2
+    assert "without a token" in capsys.readouterr().err
+    short = tmp_path / "token"
+    short.write_text("abc\n")
+    assert main(["serve", "--token-file", str(short), "--backend", "cpu"]) == 2
+    assert "shorter than 16 characters" in capsys.readouterr().err
+
+
 def test_an_oversized_body_is_refused_and_the_service_goes_on(fake_service):
     with RemoteEvaluator(fake_service.url, TOKEN_A) as remote:
         with pytest.raises(JudgeRequestError, match="HTTP 413") as refused:

@@ -48,7 +48,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from .jobs import ServiceLimits
 
     try:
-        from .server import LOOPBACK, Service, read_tokens
+        from .server import LOOPBACK, Service, is_loopback, read_tokens
     except ImportError as exc:
         print(f"error: cuda-gym serve needs FastAPI and uvicorn: pip install 'cuda_gym[serve]' ({exc})", file=sys.stderr)
         return 2
@@ -64,6 +64,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     host = args.host or LOOPBACK
     if args.openenv:
         return _serve_openenv(args, host, tokens)
+    if not tokens and not is_loopback(host):  # before the evaluator starts: said at once
+        print(f"error: --host {host} without a token: a service reachable from other machines needs --token-file "
+              f"(or ${TOKEN_ENV}); without one it listens on {LOOPBACK} only", file=sys.stderr)
+        return 2
     journal = Path(args.journal) if args.journal else Path(
         os.environ.get("CUDA_GYM_CACHE") or Path.home() / ".cache" / "cuda_gym") / "serve"
     limits = ServiceLimits(max_queued_per_client=args.max_queued_per_client, max_queued=args.max_queued,
