@@ -3,7 +3,8 @@ from setuptools import find_packages, setup
 
 EXTRAS = {
     "test": ["pytest>=7", "pytest-timeout>=2", "import-linter>=2.1", "pyarrow>=12", "openai>=1.30", "matplotlib>=3.5",
-             "stable-baselines3>=2.3", "sb3-contrib>=2.3", "trl>=1.16", "transformers>=5.2", "peft>=0.10", "ray>=2.40"],
+             "stable-baselines3>=2.3", "sb3-contrib>=2.3", "trl>=1.16", "transformers>=5.2", "peft>=0.10", "ray>=2.40",
+             "fastapi>=0.110", "uvicorn>=0.29"],
     "data": ["pyarrow>=12"],
     "agents": ["openai>=1.30", "transformers>=4.56"],  # agents/llm (4.56: from_pretrained(dtype=))
     "rl": ["stable-baselines3>=2.3", "sb3-contrib>=2.3"],  # agents/schedule_ppo.py
@@ -12,6 +13,9 @@ EXTRAS = {
     "trl": ["trl>=1.16", "transformers>=5.2"],  # agents/adapters/trl.py (environment_factory needs transformers 5.2)
     "cuda": ["cupy-cuda13x>=13"],  # the CUDA 13 wheel; pick the cupy wheel for your CUDA
     "ray": ["ray>=2.40"],  # cuda_gym/eval/distributed.py: RayEvaluator (docs/scaling.md)
+    # cuda_gym/serve: `cuda-gym serve` (docs/serving.md); its client, RemoteEvaluator, needs nothing extra.
+    "serve": ["fastapi>=0.110", "uvicorn>=0.29"],
+    "openenv": ["openenv-core>=0.3", "fastapi>=0.110", "uvicorn>=0.29"],  # cuda_gym/serve/openenv_env.py
 }
 EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
 

@@ -60,6 +60,19 @@ def make_evaluator(args: argparse.Namespace, config=None):
     `--ray` a `RayEvaluator` (cuda_gym.eval.distributed) with the same interface. `config`: the
     EvalConfig (default `evaluator_config(args)`). Use it as a context manager."""
     config = config or evaluator_config(args)
+    if getattr(args, "judge", None):
+        if getattr(args, "ray", None):
+            raise SystemExit("error: --judge and --ray exclude each other (the service picks its own evaluator)")
+        from .eval.remote import JudgeError, RemoteEvaluator, read_token
+
+        try:
+            evaluator = RemoteEvaluator(args.judge, read_token(args.judge_token_file), config=config)
+        except (OSError, ValueError, JudgeError) as exc:
+            raise SystemExit(f"error: --judge {args.judge}: {exc}") from None
+        if args.backend != "auto" and args.backend != evaluator.backend:
+            raise SystemExit(f"error: --backend {args.backend}, but the judge at {args.judge} judges on "
+                             f"{evaluator.backend}")
+        return evaluator
     if getattr(args, "ray", None):
         try:
             from .eval.distributed import RayEvaluator
@@ -224,9 +237,10 @@ def suite_list() -> str:
     return ", ".join(suite_names())
 
 
-def add_eval_options(sub: argparse.ArgumentParser) -> None:
+def add_eval_options(sub: argparse.ArgumentParser, *, judge: bool = True) -> None:
     """The evaluator options every command that judges candidates takes (read by `evaluator_config` and
-    `make_evaluator`: build the evaluator with `make_evaluator(args, config)`, so that --ray is honoured)."""
+    `make_evaluator`: build the evaluator with `make_evaluator(args, config)`, so that --ray and --judge
+    are honoured). `judge`: offer --judge (a remote `cuda-gym serve`); the service itself does not."""
     sub.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"],
                      help="where to run (default: cuda if a GPU is visible, else cpu)")
     sub.add_argument("--precision", default="fp32", choices=["fp32", "tf32"], help="precision policy")
@@ -240,6 +254,12 @@ def add_eval_options(sub: argparse.ArgumentParser) -> None:
                           "address (host:6379, ray://host:10001)")
     sub.add_argument("--ray-actors", type=int, default=None,
                      help="with --ray: evaluator actors (default: one per GPU; on the cpu backend one per 4 cores)")
+    if judge:
+        sub.add_argument("--judge", metavar="URL", default=None,
+                         help="judge on a `cuda-gym serve` service at URL (http://host:port; docs/serving.md) "
+                              "instead of this machine")
+        sub.add_argument("--judge-token-file", metavar="FILE", default=None,
+                         help="with --judge: the service's bearer token (default: $CUDA_GYM_JUDGE_TOKEN)")
 
 
 # Commands that live beside the code they drive: each module has `add_command(commands)`, which adds
@@ -247,6 +267,7 @@ def add_eval_options(sub: argparse.ArgumentParser) -> None:
 # Imported when the parser is built, so keep those modules' top-level imports light.
 COMMAND_MODULES: tuple[str, ...] = (
     "cuda_gym.leaderboard.command",
+    "cuda_gym.serve.command",
     "cuda_gym.synth.cli",
 )
 

@@ -103,6 +103,8 @@ class KernelEnv(gym.Env):
         render_mode: str | None = None,
         max_action_chars: int = 100_000,
         max_observation_chars: int = 200_000,
+        judge_url: str | None = None,
+        judge_token: str | None = None,
     ) -> None:
         super().__init__()
         if backend not in ("auto", "cuda", "cpu"):
@@ -131,6 +133,9 @@ class KernelEnv(gym.Env):
         # compile: the evaluator has no build-only mode; the cheapest evaluation (2 draws) stands in.
         self.compile_config = self.check_config.replace(correctness_trials=2)
 
+        if judge_url and evaluator is not None:
+            raise ValueError("pass evaluator or judge_url, not both")
+        self.judge_url, self.judge_token = judge_url, judge_token
         self._evaluator = evaluator
         self._owns_evaluator = evaluator is None
         self._target: tuple[str, str] | None = None
@@ -186,9 +191,14 @@ class KernelEnv(gym.Env):
         if self._evaluator is None:
             if self._closed:
                 raise RuntimeError("this environment is closed")
-            from ..eval.evaluator import Evaluator
+            if self.judge_url:
+                from ..eval.remote import RemoteEvaluator
 
-            self._evaluator = Evaluator(backend=self.backend_request, config=self.config, cache_dir=self.cache_dir)
+                self._evaluator = RemoteEvaluator(self.judge_url, self.judge_token, config=self.config)
+            else:
+                from ..eval.evaluator import Evaluator
+
+                self._evaluator = Evaluator(backend=self.backend_request, config=self.config, cache_dir=self.cache_dir)
             self._owns_evaluator = True
         return self._evaluator
 

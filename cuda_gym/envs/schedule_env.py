@@ -96,6 +96,8 @@ class ScheduleEnv(gym.Env):
         data_path: str | os.PathLike | None = None,
         cache_dir: str | os.PathLike | None = None,
         render_mode: str | None = None,
+        judge_url: str | None = None,
+        judge_token: str | None = None,
     ) -> None:
         super().__init__()
         if backend not in ("auto", "cuda", "cpu"):
@@ -113,6 +115,9 @@ class ScheduleEnv(gym.Env):
         self.episode_steps = int(episode_steps)
         self.config = eval_config or getattr(evaluator, "config", None) or EvalConfig()
         self.cache_dir = cache_dir
+        if judge_url and evaluator is not None:
+            raise ValueError("pass evaluator or judge_url, not both")
+        self.judge_url, self.judge_token = judge_url, judge_token
         self._evaluator = evaluator
         self._owns_evaluator = evaluator is None
         self._closed = False
@@ -166,10 +171,15 @@ class ScheduleEnv(gym.Env):
         if self._evaluator is None:
             if self._closed:
                 raise RuntimeError("this environment is closed")
-            from ..eval.evaluator import Evaluator
-
             backend = getattr(self, "backend", None) or "auto"
-            self._evaluator = Evaluator(backend=backend, config=self.config, cache_dir=self.cache_dir)
+            if self.judge_url:
+                from ..eval.remote import RemoteEvaluator
+
+                self._evaluator = RemoteEvaluator(self.judge_url, self.judge_token, config=self.config)
+            else:
+                from ..eval.evaluator import Evaluator
+
+                self._evaluator = Evaluator(backend=backend, config=self.config, cache_dir=self.cache_dir)
             self._owns_evaluator = True
         return self._evaluator
 
