@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_gym.eval import ErrorCode, EvalResult, Evaluator, sandbox
+from cuda_gym.eval import ErrorCode, EvalResult, Evaluator, sandbox, triton_support
 from cuda_gym.tasks import get_task, solution_path
 
 from .leaks import leaked, snapshot
@@ -47,11 +47,17 @@ def header(path: Path) -> dict[str, str]:
     return fields
 
 
+NO_TRITON = pytest.mark.skip(reason="triton is not installed (pip install cuda_gym[triton]); Triton candidates "
+                                    "are judged through it (its interpreter on the CPU)")
+
+
 def params(prefix: str) -> list:
     out = []
     for path in sorted(HOSTILE_DIR.glob(f"{prefix}_*.py")):
         gap = header(path).get("known_gap")
         marks = [pytest.mark.xfail(strict=True, reason=f"known gap: {gap}")] if gap else []
+        if triton_support.uses_triton(path.read_text()) and not triton_support.available():
+            marks.append(NO_TRITON)
         out.append(pytest.param(path, id=path.stem, marks=marks))
     return out
 
@@ -158,6 +164,13 @@ def test_cpu_hostile_candidate(cpu_evaluator, cache_dir, path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", params("cuda"))
 def test_cuda_hostile_candidate(cuda_evaluator, path):
+    judge_hostile(cuda_evaluator, path, "cuda", cuda_evaluator.test_cache_dir)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", params("cpu_triton"))
+def test_triton_hostile_candidate_on_cuda(cuda_evaluator, path):
+    """The Triton hostile files launch the same kernels on the GPU: the same verdicts there."""
     judge_hostile(cuda_evaluator, path, "cuda", cuda_evaluator.test_cache_dir)
 
 

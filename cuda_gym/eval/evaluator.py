@@ -307,7 +307,7 @@ class Evaluator:
             return
         key = self._candidate_key(candidate, backend)
         result.candidate_hash = key
-        result.language = triton_support.language_of(candidate.source)
+        result.language = candidate.language
         triton_support.apply_report(result, {})  # flags interpreted timings before any is measured
         env = self._base_env(backend) | {"TORCH_EXTENSIONS_DIR": str(self.cache_dir / "inline" / key)}
         if not self._build(candidate, key, backend, config, env, result):

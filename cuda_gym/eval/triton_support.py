@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from .. import native
 from . import guard
+from .candidate import uses_triton  # noqa: F401 - re-exported: the test and the evaluator ask here
 from .reward import TRITON_INTERPRETED_FLAG as INTERPRETED_FLAG
 
-# `import triton`, `import triton.language as tl`, `from triton import ...` at any indentation.
-_IMPORTS_TRITON = re.compile(r"^\s*(?:import\s+triton\b|from\s+triton(?:\.[\w.]+)?\s+import\b)", re.M)
 LAUNCH_PREFIX = "triton:"  # the key prefix of Triton launches in cuda_gym.native.CALL_COUNTS
 _perf_counter = time.perf_counter
 # Seconds in launches that compiled, and the launches that did (module state: a report, never a verdict).
@@ -40,11 +38,6 @@ _COMPILED = {"seconds": 0.0, "launches": 0}
 def available() -> bool:
     """Whether triton is installed (`pip install cuda_gym[triton]`)."""
     return importlib.util.find_spec("triton") is not None
-
-
-def uses_triton(source: str) -> bool:
-    """Whether a candidate's source imports triton."""
-    return bool(_IMPORTS_TRITON.search(source))
 
 
 def worker_env(cache_dir: str | os.PathLike, backend: str) -> dict[str, str]:
@@ -61,12 +54,6 @@ def report() -> dict[str, Any]:
     launches = sum(n for key, n in native.CALL_COUNTS.items() if str(key).startswith(LAUNCH_PREFIX))
     return {"launches": int(launches), "compile_s": round(float(_COMPILED["seconds"]), 4),
             "compiling_launches": int(_COMPILED["launches"])}
-
-
-def language_of(source: str) -> str:
-    """The kernel language of a candidate: 'triton' where it imports triton, else 'cuda' (the native
-    forms: CUDA C++ on the GPU, C++ on the CPU backend)."""
-    return "triton" if uses_triton(source) else "cuda"
 
 
 def apply_report(result: Any, report: Any) -> None:
