@@ -47,3 +47,38 @@ def test_triton_solution_is_ok_through_the_interpreter(cpu_evaluator, task):
     assert result.policy == "strict" and not result.forbidden_ops
     assert result.language == "triton" and TRITON_INTERPRETED_FLAG in result.flags
     assert milestone_reward(result) == 1.0  # correct; interpreted speed earns nothing
+
+
+@needs_triton
+@pytest.mark.slow
+def test_triton_candidate_plays_a_full_builtin_l1_episode(cpu_evaluator):
+    """language="triton": the prompt asks for Triton; a Triton candidate is checked, then submitted,
+    and the episode ends with the verdict's reward (1: correct; interpreted speed earns nothing)."""
+    import gymnasium as gym
+
+    import cuda_gym  # noqa: F401 - registers the IDs
+
+    task_id = "builtin/L1/softmax"
+    env = gym.make("CudaKernel-Builtin-L1-v0", backend="cpu", evaluator=cpu_evaluator, language="triton",
+                   max_turns=3)
+    try:
+        observation, info = env.reset(options={"task_id": task_id})
+        assert info["language"] == "triton" and info["task_id"] == task_id
+        assert "@triton.jit" in observation and "your own Triton kernels" in observation
+        assert "load_kernels" not in observation  # the native format is not what it shows
+        source = solution_path(env.unwrapped.task, "cpu", language="triton").read_text()
+        observation, reward, terminated, truncated, info = env.step("#! check\n" + source)
+        assert not (terminated or truncated) and info["result"]["correct"], observation
+        observation, reward, terminated, truncated, info = env.step("#! submit\n" + source)
+        assert terminated and reward == 1.0, observation
+        assert info["result"]["error_code"] == "OK" and info["result"]["language"] == "triton"
+        assert TRITON_INTERPRETED_FLAG in info["result"]["flags"]
+    finally:
+        env.close()
+
+
+def test_language_option_is_checked():
+    from cuda_gym.envs.kernel_env import KernelEnv
+
+    with pytest.raises(ValueError, match="language must be one of"):
+        KernelEnv(backend="cpu", language="rust")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -125,8 +126,24 @@ def _interpreter_bench(kernel_call: Any, quantiles: Any = None, **_: Any) -> Any
     return [elapsed_ms] * len(quantiles) if quantiles else elapsed_ms
 
 
-def _install_interpreter(interpreter: Any) -> None:
+def _interpret_library(interpreter: Any, jit: Any) -> None:
+    """Triton's own @jit library functions (`tl.sum`, `tl.max`, ...) interpreted too: triton was
+    imported (by torch) before the worker's environment turned the interpreter on, so they were
+    decorated as compiled functions, which an interpreted kernel cannot call."""
+    converted: dict[int, Any] = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "triton.language" or name.startswith("triton.language.")):
+            continue
+        for attribute, value in list(vars(module).items()):
+            if type(value) is jit.JITFunction:
+                if id(value) not in converted:
+                    converted[id(value)] = interpreter.InterpretedFunction(value.fn)
+                setattr(module, attribute, converted[id(value)])
+
+
+def _install_interpreter(interpreter: Any, jit: Any) -> None:
     """On CPU tensors the interpreter runs kernels on the tensors' own memory (no host copies)."""
+    _interpret_library(interpreter, jit)
     executor_class = interpreter.GridExecutor
 
     class InPlaceGridExecutor(executor_class):  # type: ignore[misc, valid-type]
@@ -165,7 +182,7 @@ def count_launches(device: str) -> bool:
         from triton.runtime import interpreter
 
         if not getattr(interpreter.InterpretedFunction.run, "_cuda_gym_counting", False):
-            _install_interpreter(interpreter)
+            _install_interpreter(interpreter, jit)
         if not isinstance(vars(autotuner.Autotuner).get("do_bench"), property):
             autotuner.Autotuner.do_bench = property(
                 lambda self: self._do_bench if self._do_bench is not None else _interpreter_bench)
