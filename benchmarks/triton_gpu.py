@@ -138,7 +138,7 @@ def main() -> int:
         "benchmark": "triton_gpu", "date": dt.date.today().isoformat(), "backend": args.backend, "device": device,
         "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
         "note": "CPU: Triton's interpreter, timings mean nothing" if args.backend == "cpu" else "",
-        "solutions": solutions, "all_ok": bool(solutions) and all(r["verdict"] == "OK" for r in solutions),
+        "solutions": solutions, "all_ok": all(r["verdict"] == "OK" for r in solutions) if solutions else None,
         "latency": latency(args.backend, tasks, args.repeats),
     }
     out = Path(args.out) if args.out else (ROOT / "benchmarks" / "results" / "triton_gpu"

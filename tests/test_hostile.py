@@ -9,6 +9,8 @@ Each file's docstring declares, one per line:
                                   defence fired rather than the trick failing on its own)
     NEEDS: held_timing           (optional: the attack targets held timer repeats; skipped when the
                                   evaluator's are off)
+    EVAL_TIMEOUT_S: 120          (optional: the evaluation's time limit, 20 s unless given; Triton
+                                  candidates on the CPU run in Triton's interpreter, seconds a call)
     KNOWN_GAP: why it is not caught (optional: the test is then an expected failure, strict, so
                fixing the gap makes it fail until the file is updated)
 `cpu_*` files run here on the CPU evaluator; `cuda_*` files need a GPU (`-m gpu`).
@@ -117,7 +119,8 @@ def judge_hostile(evaluator: Evaluator, path: Path, backend: str, cache_dir: str
         pytest.skip("held timer repeats are off in this evaluator (CUDA_GYM_TIMER_HOLD=0 or no hold kernel)")
     task = get_task(fields["task"])
     expected = fields["expected"]
-    config = dataclasses.replace(evaluator.config, eval_timeout_s=20.0, compile_timeout_s=30.0)
+    config = dataclasses.replace(evaluator.config, eval_timeout_s=float(fields.get("eval_timeout_s", 20.0)),
+                                 compile_timeout_s=30.0)
     source = path.read_text()
     listener = _Listener() if PORT_PLACEHOLDER in source else None
     if listener:

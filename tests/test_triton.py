@@ -82,3 +82,19 @@ def test_language_option_is_checked():
 
     with pytest.raises(ValueError, match="language must be one of"):
         KernelEnv(backend="cpu", language="rust")
+
+
+def test_workspace_guide_and_prompt_follow_the_language(tmp_path):
+    from cuda_gym.envs.kernel_env import KernelEnv
+    from cuda_gym.envs.workspace_env import WorkspaceEnv
+
+    env = WorkspaceEnv(backend="cpu", language="triton", workdir_root=tmp_path)
+    try:
+        observation, info = env.reset(options={"task_id": "builtin/L1/gelu"})
+        guide = (env.workdir / "GUIDE.md").read_text()
+        assert "your own Triton kernels" in observation and info["language"] == "triton"
+        assert "@triton.jit" in guide and "REGISTER_BINDING" not in guide and "triton_interpreted" in guide
+    finally:
+        env.close()
+    native = KernelEnv(backend="cpu").reset(options={"task_id": "builtin/L1/gelu"})[0]
+    assert "load_kernels" in native and "@triton.jit" not in native and "your own C++ kernels" in native

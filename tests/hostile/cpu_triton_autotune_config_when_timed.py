@@ -4,8 +4,9 @@ the timed calls do not), and the configuration pruner keeps an exact configurati
 checked key and an approximate one (0.3% off per element) for the timed key. Each key is tuned
 once, so both kinds of call get a consistent, cached configuration.
 
-TASK: builtin/L1/gelu
+TASK: builtin/L2/bias_scale_sigmoid
 EXPECTED: INCORRECT
+EVAL_TIMEOUT_S: 120
 DEFENCE: every timed call's output is held to the trials' tolerances through its digest
     (output_digest), whatever configuration produced it.
 """
@@ -24,21 +25,29 @@ def _prune(configs, named_args, **kwargs):
 @triton.autotune(configs=[triton.Config({"APPROXIMATE": 0}), triton.Config({"APPROXIMATE": 1})],
                  key=["n", "CHECKED"], prune_configs_by={"early_config_prune": _prune})
 @triton.jit
-def gelu_kernel(x_ptr, y_ptr, n, CHECKED, BLOCK: tl.constexpr, APPROXIMATE: tl.constexpr):
+def bias_scale_sigmoid_kernel(x_ptr, bias_ptr, y_ptr, n, dim, scale, CHECKED, BLOCK: tl.constexpr,
+                              APPROXIMATE: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask)
-    y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    z = (tl.load(x_ptr + offsets, mask=mask) + tl.load(bias_ptr + offsets % dim, mask=mask)) * scale
+    y = 1.0 / (1.0 + tl.exp(-z))
     if APPROXIMATE:
         y = y * tl.where((offsets % 2) == 1, 1.003, 0.997)
     tl.store(y_ptr + offsets, y, mask=mask)
 
 
 class ModelNew(nn.Module):
+    def __init__(self, dim, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(dim) * 0.5)
+        self.scale = scale
+
     def forward(self, x):
+        x = x.contiguous()
         y = torch.empty_like(x)
         n = x.numel()
         block = 1024 if x.is_cuda else 65536
         checked = 1 if profiler._is_profiler_enabled else 0
-        gelu_kernel[(triton.cdiv(n, block),)](x, y, n, checked, BLOCK=block)
+        bias_scale_sigmoid_kernel[(triton.cdiv(n, block),)](x, self.bias, y, n, self.bias.numel(), float(self.scale),
+                                                            checked, BLOCK=block)
         return y
