@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import native
 from . import guard
-from .candidate import uses_triton  # noqa: F401 - re-exported: the test and the evaluator ask here
+from .candidate import uses_triton
 from .reward import TRITON_INTERPRETED_FLAG as INTERPRETED_FLAG
 
 LAUNCH_PREFIX = "triton:"  # the key prefix of Triton launches in cuda_gym.native.CALL_COUNTS
@@ -168,15 +168,19 @@ def _install_interpreter(interpreter: Any, jit: Any) -> None:
     interpreter.InterpretedFunction.run = _counted(interpreted_run, rewritten)
 
 
-def count_launches(device: str) -> bool:
+def count_launches(device: str, source: str = "") -> bool:
     """Count Triton launches as calls of the candidate's native code (once per process). Imports
-    triton and the modules a launch uses now, so that their code is the evaluator's when the
-    tripwire is armed. False where triton is not installed."""
+    triton and, for a candidate `source` that imports triton, the CUDA driver module a launch uses
+    now, so that their code is the evaluator's when the tripwire is armed. False where triton is
+    not installed."""
     if not available():
         return False
-    import triton  # noqa: F401
-    import triton.language  # noqa: F401
-    from triton.runtime import autotuner, jit
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+        from triton.runtime import autotuner, jit
+    except Exception:  # noqa: BLE001 - a broken triton install must not fail the native candidates
+        return False
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         from triton.runtime import interpreter
@@ -189,8 +193,11 @@ def count_launches(device: str) -> bool:
     else:
         if not getattr(jit.JITFunction.run, "_cuda_gym_counting", False):
             jit.JITFunction.run = _counted(jit.JITFunction.run, _kernel_cache_size)
-        if device == "cuda":
-            from triton.runtime import driver
+        if device == "cuda" and uses_triton(source):
+            try:
+                from triton.runtime import driver
 
-            driver.active.get_current_device()  # loads the CUDA driver module and its launcher now
+                driver.active.get_current_device()  # loads the CUDA driver module and its launcher now
+            except Exception:  # noqa: BLE001 - the candidate's first launch then reports what fails
+                pass
     return True

@@ -920,7 +920,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         importlib.import_module("torch._inductor.compile_fx")
         torch._dynamo.mutation_guard.install_generation_tagging_init()
     guard.count_native_calls()
-    triton_support.count_launches(device)
+    triton_support.count_launches(device, job["candidate_source"])
     paired = _PairedReference(setup, job, device, variants) if job.get("pair_with_reference") else None
     tamper = guard.TamperCheck(device, policy)  # last thing before candidate code: arms the tripwire
     started = _perf_counter()
