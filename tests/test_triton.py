@@ -98,3 +98,15 @@ def test_workspace_guide_and_prompt_follow_the_language(tmp_path):
         env.close()
     native = KernelEnv(backend="cpu").reset(options={"task_id": "builtin/L1/gelu"})[0]
     assert "load_kernels" in native and "@triton.jit" not in native and "your own C++ kernels" in native
+
+
+def test_commands_take_the_language():
+    from cuda_gym.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["run", "--language", "triton"]).language == "triton"
+    assert parser.parse_args(["run"]).language == "cuda"
+    agent = parser.parse_args(["agent", "--tasks", "builtin/L1/gelu", "--language", "triton"])
+    assert agent.language == "triton"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["agent", "--tasks", "builtin/L1/gelu", "--language", "rust"])
