@@ -18,12 +18,12 @@ MAX_CANDIDATE_CHARS = 200_000
 # `import triton`, `import triton.language as tl`, `from triton import ...` at any indentation.
 _IMPORTS_TRITON = re.compile(r"^\s*(?:import\s+triton\b|from\s+triton(?:\.[\w.]+)?\s+import\b)", re.M)
 LANGUAGES = ("cuda", "triton")  # "cuda": the native forms (CUDA C++ on the GPU, C++ on the CPU backend)
+_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)```", re.S)
 
 
 def uses_triton(source: str) -> bool:
     """Whether a candidate's source imports triton (its kernels are `@triton.jit` functions)."""
     return bool(_IMPORTS_TRITON.search(source))
-_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)```", re.S)
 
 
 class InvalidCandidate(ValueError):

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import sys
 import time
@@ -65,7 +66,7 @@ def apply_report(result: Any, report: Any) -> None:
         launches, seconds = int(report.get("launches", 0)), float(report.get("compile_s", 0.0))
     except (TypeError, ValueError):
         launches, seconds = 0, 0.0
-    if seconds > 0:
+    if math.isfinite(seconds) and seconds > 0:  # a report from the candidate's process: a number, never a verdict
         result.compile_seconds = round(result.compile_seconds + seconds, 4)
     if result.backend == "cpu" and (launches > 0 or result.language == "triton") and INTERPRETED_FLAG not in result.flags:
         result.flags.append(INTERPRETED_FLAG)
