@@ -110,3 +110,17 @@ def test_commands_take_the_language():
     assert agent.language == "triton"
     with pytest.raises(SystemExit):
         parser.parse_args(["agent", "--tasks", "builtin/L1/gelu", "--language", "rust"])
+
+
+def test_worker_report_flags_interpreted_launches_and_adds_compile_seconds():
+    """A CPU candidate that launched Triton kernels is flagged even when its source hides the import;
+    on the GPU the compile seconds join the build's and nothing is flagged."""
+    hidden = EvalResult("builtin/L1/gelu", "cpu", ErrorCode.OK, language="cuda", compile_seconds=0.5)
+    triton_support.apply_report(hidden, {"launches": 3, "compile_s": 0.25})
+    assert TRITON_INTERPRETED_FLAG in hidden.flags and hidden.compile_seconds == 0.75
+    native = EvalResult("builtin/L1/gelu", "cpu", ErrorCode.OK, language="cuda")
+    triton_support.apply_report(native, {"launches": 0, "compile_s": float("nan")})
+    assert native.flags == [] and native.compile_seconds == 0.0
+    gpu = EvalResult("builtin/L1/gelu", "cuda", ErrorCode.OK, language="triton", compile_seconds=1.0)
+    triton_support.apply_report(gpu, {"launches": 5, "compile_s": 2.0})
+    assert gpu.flags == [] and gpu.compile_seconds == 3.0
