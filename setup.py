@@ -1,10 +1,13 @@
 """Packaging for cuda_gym. torch is deliberately unpinned: users bring the build that matches their CUDA."""
 from setuptools import find_packages, setup
 
+TRITON = ["triton>=3.9"]  # Triton candidates; on the CPU they run in its interpreter (the wheel is ~290 MB)
 EXTRAS = {
     "test": ["pytest>=7", "pytest-timeout>=2", "import-linter>=2.1", "pyarrow>=12", "openai>=1.30", "matplotlib>=3.5",
              "stable-baselines3>=2.3", "sb3-contrib>=2.3", "trl>=1.16", "transformers>=5.2", "peft>=0.10", "ray>=2.40",
-             "fastapi>=0.110", "uvicorn>=0.29"],
+             "fastapi>=0.110", "uvicorn>=0.29",
+             *TRITON],
+    "triton": TRITON,
     "data": ["pyarrow>=12"],
     "agents": ["openai>=1.30", "transformers>=4.56"],  # agents/llm (4.56: from_pretrained(dtype=))
     "rl": ["stable-baselines3>=2.3", "sb3-contrib>=2.3"],  # agents/schedule_ppo.py

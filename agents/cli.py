@@ -49,6 +49,9 @@ def add_command(commands: argparse._SubParsersAction) -> None:
                       help="text: one message with a #! command and a candidate per turn (KernelEnv); workspace: "
                            "CUDA Agent's workspace through function calling, one tool call per turn (WorkspaceEnv, "
                            "docs/workspace.md; the server must parse tool calls). Default text")
+    play.add_argument("--language", default="cuda", choices=["cuda", "triton"],
+                      help="the kernel language the prompt asks for: cuda (CUDA C++, C++ on the cpu backend) or "
+                           "triton (@triton.jit kernels; needs pip install cuda_gym[triton]). Default cuda")
     play.add_argument("--max-turns", type=int, help="turns per episode (default 8; --env workspace: 40)")
     play.add_argument("--episodes-per-task", type=int, default=1, help="episodes per task (default 1)")
     play.add_argument("--concurrency", type=int, default=4, help="episodes played at once (default 4)")
@@ -126,7 +129,7 @@ def run_agent(args: argparse.Namespace) -> int:
     if max_turns < 1 or args.episodes_per_task < 1 or args.concurrency < 1:
         return _error("--max-turns, --episodes-per-task and --concurrency must be at least 1")
     config = RolloutConfig(episodes_per_task=args.episodes_per_task, concurrency=args.concurrency,
-                           max_turns=max_turns, reward_mode=reward_mode, env=args.env,
+                           max_turns=max_turns, reward_mode=reward_mode, env=args.env, language=args.language,
                            react=ReactConfig(context_tokens=args.context_tokens))
     # The evaluator first (seconds): a problem there shows before a large checkpoint is loaded (minutes).
     with make_evaluator(args) as evaluator:
@@ -136,7 +139,8 @@ def run_agent(args: argparse.Namespace) -> int:
             return _error(str(exc))
         try:
             print(f"cuda-gym agent: {len(tasks)} task(s) x {args.episodes_per_task} episode(s), {chat.name} "
-                  f"model {chat.model!r}, backend {evaluator.backend}, {args.env} env, up to {max_turns} turns; "
+                  f"model {chat.model!r}, backend {evaluator.backend}, {args.env} env, {args.language} kernels, "
+                  f"up to {max_turns} turns; "
                   f"writing {out}")
             summary = rollout(chat, tasks, evaluator, out, config, backend=args.backend,
                               progress=not args.no_progress)

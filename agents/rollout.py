@@ -52,7 +52,8 @@ class RolloutConfig:
     env: "text" (KernelEnv, the ReAct policy answering with `#!` commands and code blocks) or
     "workspace" (WorkspaceEnv, CUDA Agent's workspace: `cuda_gym_agents.react.ToolReactPolicy` through
     function calling; choose its turns and reward mode here, e.g. max_turns=40, reward_mode="final",
-    the registered workspace IDs' defaults)."""
+    the registered workspace IDs' defaults). language: the kernel language the prompt asks for,
+    "cuda" (the native forms) or "triton" (`@triton.jit` kernels)."""
 
     episodes_per_task: int = 1
     concurrency: int = 4
@@ -62,6 +63,7 @@ class RolloutConfig:
     seed: int = 0
     react: ReactConfig = field(default_factory=ReactConfig)
     env: str = "text"
+    language: str = "cuda"
 
 
 def rollout(chat: ChatBackend, tasks: Iterable[Any], evaluator: Any, out_dir: str | os.PathLike,
@@ -99,6 +101,7 @@ def rollout(chat: ChatBackend, tasks: Iterable[Any], evaluator: Any, out_dir: st
         env = None
         try:
             env = env_class(backend=backend, evaluator=evaluator, max_turns=config.max_turns, reward=config.reward,
+                            language=config.language,
                             reward_mode=config.reward_mode)
             return policy.play(env, chat, task, episode=episode, seed=config.seed + episode)
         except Exception as exc:  # the environment could not start the episode: still one record per episode

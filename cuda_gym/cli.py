@@ -36,6 +36,7 @@ def _cmd_tasks_list(args: argparse.Namespace) -> int:
         text_width = max(30, shutil.get_terminal_size((100, 24)).columns - id_width - 3)
         for task in tasks:
             solved = [b for b in ("cuda", "cpu") if suite == "builtin" and solution_path(task, b)]
+            solved += ["triton"] if suite == "builtin" and solution_path(task, "cuda", "triton") else []
             marks = f" [solutions: {', '.join(solved)}]" if solved else ""
             if degenerate_reason(task.id):
                 marks += " [degenerate: left out of the environments and leaderboard by default]"
@@ -155,16 +156,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         suite = [t for t in suite if t.id in args.tasks]
     with make_evaluator(args, config) as evaluator:
         backend = evaluator.backend
-        tasks = [t for t in suite if solution_path(t, backend)]
+        language = getattr(args, "language", "cuda")
+        tasks = [t for t in suite if solution_path(t, backend, language)]
         if not tasks:
-            print(f"error: none of the {len(suite)} built-in tasks asked for has a reference solution for "
-                  f"backend {backend} (`cuda-gym tasks list` marks those that do)", file=sys.stderr)
+            print(f"error: none of the {len(suite)} built-in tasks asked for has a {language} reference solution "
+                  f"for backend {backend} (`cuda-gym tasks list` marks those that do)", file=sys.stderr)
             return 2
         print(f"cuda-gym run: judging {len(tasks)} of {len(suite)} built-in tasks, those with a reference "
-              f"solution for {backend} (the others are for agents to solve), on {evaluator.device_name}; "
+              f"solution ({language}) for {backend} (the others are for agents to solve), on {evaluator.device_name}; "
               f"baselines: {', '.join(config.baselines)} (evaluator ready after "
               f"{time.monotonic() - evaluator_started:.0f} s)")
-        if backend == "cpu":
+        if backend == "cpu" and language == "cuda":
             print("On the CPU the reference solutions are plain C++ written to be correct, not tuned kernels: "
                   "their speedups say little (some are many times slower than PyTorch's); every verdict should be OK.")
         prewarm_started = time.monotonic()
@@ -174,7 +176,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"torch.compile baselines of {len(prewarmed)} tasks compiled side by side in "
                   f"{time.monotonic() - prewarm_started:.0f} s"
                   + (f" ({failed} failed; their baseline workers compile them)" if failed else ""))
-        futures = {evaluator.submit(t, solution_path(t, backend).read_text(encoding="utf-8")): t for t in tasks}
+        if language == "triton" and backend == "cpu":
+            print("Triton on the CPU runs in Triton's interpreter: correctness and policies are judged, the "
+                  "timings mean nothing (flag triton_interpreted).")
+        futures = {evaluator.submit(t, solution_path(t, backend, language).read_text(encoding="utf-8")): t
+                   for t in tasks}
         results = []
         for future in tqdm(as_completed(futures), total=len(futures), desc="evaluating", unit="task"):
             results.append(future.result())
@@ -322,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_task_options(run, tasks_help="only these built-in tasks, e.g. builtin/L1/softmax,builtin/L2/linear_gelu")
     run.add_argument("--out", help="where to write the JSON results (default: cuda_gym_results/run_*.json)")
     add_eval_options(run)
+    run.add_argument("--language", default="cuda", choices=["cuda", "triton"],
+                     help="which reference solutions: cuda (CUDA C++, C++ on the cpu backend) or triton "
+                          "(@triton.jit; on the cpu backend through Triton's interpreter). Default cuda")
     run.set_defaults(func=_cmd_run)
 
     for module_name in COMMAND_MODULES:

@@ -134,7 +134,7 @@ def test_reset_picks_tasks_from_the_seeded_rng_and_by_id():
     again = [env.reset(seed=7)[1]["task_id"]] + [env.reset()[1]["task_id"] for _ in range(4)]
     assert first == again and len(set(first)) > 1
     obs, info = env.reset(options={"task_id": TASK_ID})
-    assert info == {"task_id": TASK_ID, "level": 1, "backend": "cpu", "max_turns": 8}
+    assert info == {"task_id": TASK_ID, "level": 1, "backend": "cpu", "max_turns": 8, "language": "cuda"}
     assert obs in env.observation_space
     # A task outside the env's levels can still be asked for by id; an unknown id is a KeyError.
     assert env.reset(options={"task_id": "builtin/L3/mlp"})[1]["level"] == 3

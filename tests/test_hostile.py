@@ -9,6 +9,8 @@ Each file's docstring declares, one per line:
                                   defence fired rather than the trick failing on its own)
     NEEDS: held_timing           (optional: the attack targets held timer repeats; skipped when the
                                   evaluator's are off)
+    EVAL_TIMEOUT_S: 120          (optional: the evaluation's time limit, 20 s unless given; Triton
+                                  candidates on the CPU run in Triton's interpreter, seconds a call)
     KNOWN_GAP: why it is not caught (optional: the test is then an expected failure, strict, so
                fixing the gap makes it fail until the file is updated)
 `cpu_*` files run here on the CPU evaluator; `cuda_*` files need a GPU (`-m gpu`).
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_gym.eval import ErrorCode, EvalResult, Evaluator, sandbox
+from cuda_gym.eval import ErrorCode, EvalResult, Evaluator, sandbox, triton_support
 from cuda_gym.tasks import get_task, solution_path
 
 from .leaks import leaked, snapshot
@@ -47,11 +49,17 @@ def header(path: Path) -> dict[str, str]:
     return fields
 
 
+NO_TRITON = pytest.mark.skip(reason="triton is not installed (pip install cuda_gym[triton]); Triton candidates "
+                                    "are judged through it (its interpreter on the CPU)")
+
+
 def params(prefix: str) -> list:
     out = []
     for path in sorted(HOSTILE_DIR.glob(f"{prefix}_*.py")):
         gap = header(path).get("known_gap")
         marks = [pytest.mark.xfail(strict=True, reason=f"known gap: {gap}")] if gap else []
+        if triton_support.uses_triton(path.read_text()) and not triton_support.available():
+            marks.append(NO_TRITON)
         out.append(pytest.param(path, id=path.stem, marks=marks))
     return out
 
@@ -111,7 +119,8 @@ def judge_hostile(evaluator: Evaluator, path: Path, backend: str, cache_dir: str
         pytest.skip("held timer repeats are off in this evaluator (CUDA_GYM_TIMER_HOLD=0 or no hold kernel)")
     task = get_task(fields["task"])
     expected = fields["expected"]
-    config = dataclasses.replace(evaluator.config, eval_timeout_s=40.0, compile_timeout_s=30.0)
+    config = dataclasses.replace(evaluator.config, eval_timeout_s=float(fields.get("eval_timeout_s", 40.0)),
+                                 compile_timeout_s=30.0)
     source = path.read_text()
     listener = _Listener() if PORT_PLACEHOLDER in source else None
     if listener:
@@ -158,6 +167,13 @@ def test_cpu_hostile_candidate(cpu_evaluator, cache_dir, path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", params("cuda"))
 def test_cuda_hostile_candidate(cuda_evaluator, path):
+    judge_hostile(cuda_evaluator, path, "cuda", cuda_evaluator.test_cache_dir)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", params("cpu_triton"))
+def test_triton_hostile_candidate_on_cuda(cuda_evaluator, path):
+    """The Triton hostile files launch the same kernels on the GPU: the same verdicts there."""
     judge_hostile(cuda_evaluator, path, "cuda", cuda_evaluator.test_cache_dir)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 import gymnasium as gym
 from gymnasium import spaces
 
-from ..eval.candidate import Candidate, InvalidCandidate, parse_candidate
+from ..eval.candidate import LANGUAGES, Candidate, InvalidCandidate, parse_candidate
 from ..eval.config import EvalConfig
 from ..eval.result import ErrorCode, EvalResult
 from ..eval.reward import get_reward
@@ -80,6 +80,10 @@ class KernelEnv(gym.Env):
     Action: `[#! compile|check|eval|submit]` first line (optional, default eval) + candidate source.
     Reward: `reward` (name or callable `(result, history) -> float`) applied per step
     (`reward_mode="per_step"`) or once at the end of the episode (`"final"`).
+    Language: `language="cuda"` (the native forms: CUDA C++, C++ on the CPU backend) or `"triton"`
+    (`@triton.jit` kernels; on the CPU backend judged through Triton's interpreter, where speed
+    earns nothing): the prompt shows that format and its example. Either form is judged whatever
+    the option says.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -105,10 +109,14 @@ class KernelEnv(gym.Env):
         max_observation_chars: int = 200_000,
         judge_url: str | None = None,
         judge_token: str | None = None,
+        language: str = "cuda",
     ) -> None:
         super().__init__()
         if backend not in ("auto", "cuda", "cpu"):
             raise ValueError(f"backend must be 'auto', 'cuda' or 'cpu', got {backend!r}")
+        if language not in LANGUAGES:
+            raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
+        self.language = language
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
         if int(max_turns) < 1:
@@ -242,11 +250,11 @@ class KernelEnv(gym.Env):
         backend, hardware = self._target_backend()
         text = prompt_text.task_prompt(task, backend=backend, hardware=hardware, config=self.config,
                                        max_turns=self.max_turns, reward_mode=self.reward_mode,
-                                       reward_name=self.reward_name)
+                                       reward_name=self.reward_name, language=self.language)
         observation = prompt_text.to_observation(text, self.max_observation_chars)
         self._last_observation = observation
         return observation, {"task_id": task.id, "level": task.level, "backend": backend,
-                             "max_turns": self.max_turns}
+                             "max_turns": self.max_turns, "language": self.language}
 
     def _find_task(self, task_id: str) -> Task:
         if task_id in self._tasks_by_id:

@@ -9,6 +9,7 @@ import math
 import string
 from typing import Any
 
+from ..eval.candidate import LANGUAGES
 from ..eval.config import EvalConfig
 from ..eval.logs import shorten_paths, trim_compile_log
 from ..eval.result import ErrorCode, EvalResult
@@ -128,15 +129,69 @@ class ModelNew(nn.Module):
         return y'''
 
 
-def _rules(backend: str, config: EvalConfig) -> str:
-    device_code = "CUDA C++" if backend == "cuda" else "C++"
+TRITON_EXAMPLE = r'''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, alpha, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(y_ptr + offsets, alpha * tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, alpha):                 # the same constructor arguments as Model
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        x = x.contiguous()                     # a view op: allowed
+        y = torch.empty_like(x)                # allocating outputs is allowed
+        n = x.numel()
+        scale_kernel[(triton.cdiv(n, 1024),)](x, y, self.alpha, n, BLOCK=1024)  # tensors pass as pointers
+        return y'''
+
+
+def language_name(backend: str, language: str = "cuda") -> str:
+    """What the agent writes its kernels in."""
+    if language == "triton":
+        return "Triton"
+    return "CUDA C++" if backend == "cuda" else "C++"
+
+
+def triton_format(backend: str) -> str:
+    """The candidate-format section for Triton candidates."""
+    where = ("On this CPU backend the kernels run in Triton's interpreter (TRITON_INTERPRET=1): correctness and "
+             "the policy are judged, but interpreted timings mean nothing, so a correct candidate earns 1 whatever "
+             "its speed (flag triton_interpreted). Launch few, large programs (big BLOCK) so the interpreter "
+             "stays quick." if backend == "cpu" else
+             "Kernels are compiled by Triton on their first launch (cached across evaluations); triton.autotune "
+             "runs its benchmarks on the first (warm-up) call, never inside a timed call, as long as the "
+             "autotune key does not change between calls.")
+    return f"""A Python source that defines `class ModelNew` whose forward launches `@triton.jit` kernels
+(`kernel[grid](...)`, with or without `triton.autotune`). Tensors pass to kernels as pointers: make
+them contiguous and allocate outputs with torch.empty / empty_like. Every launch counts as a call of
+your own kernel. For fp32 tasks pass `input_precision="ieee"` to `tl.dot` (its default is TF32,
+which fails the fp32 tolerance). {where}
+Example:
+```python
+{TRITON_EXAMPLE}
+```"""
+
+
+def _rules(backend: str, config: EvalConfig, language: str = "cuda") -> str:
+    device_code = language_name(backend, language)
+    own_code = "launch your own @triton.jit kernels" if language == "triton" else f"call your own compiled {device_code} code"
     if config.policy == "strict":
         libraries = ("Calling cuBLAS / cuDNN (or any library) from your own C++ is allowed"
                      if backend == "cuda" else "Calling a library (BLAS, ...) from your own C++ is allowed")
         policy = f"""\
 - Policy: strict. ModelNew.forward may create tensors (torch.empty / empty_like / zeros ...), make
   views (view, reshape, transpose, permute, slicing, .contiguous() of an already contiguous tensor),
-  make constants and move them, and call your own compiled {device_code} code. All compute on the
+  make constants and move them, and {own_code}. All compute on the
   task's data must be yours: every PyTorch compute op (matmul, conv, F.*, +, *, sum, exp, .to() casts
   and device moves, copies such as .clone() or .contiguous() of a non-contiguous tensor, ...) on the
   inputs, the parameters or buffers, or anything computed, copied or viewed from them makes the
@@ -209,9 +264,12 @@ than PyTorch eager, 3 if more than 5% faster than both eager and torch.compile."
 
 
 def task_prompt(task: Task, *, backend: str, hardware: str, config: EvalConfig, max_turns: int,
-                reward_mode: str = "per_step", reward_name: str = "milestone") -> str:
-    """The observation returned by `reset()`: everything the agent needs to write a candidate."""
-    language = "CUDA C++" if backend == "cuda" else "C++"
+                reward_mode: str = "per_step", reward_name: str = "milestone", language: str = "cuda") -> str:
+    """The observation returned by `reset()`: everything the agent needs to write a candidate in
+    `language` ("cuda": the native forms; "triton": @triton.jit kernels)."""
+    if language not in LANGUAGES:
+        raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
+    kernel_language = language_name(backend, language)
     sizes = task.sizes_for(backend)
     size_note = ""
     if sizes:
@@ -223,11 +281,12 @@ def task_prompt(task: Task, *, backend: str, hardware: str, config: EvalConfig, 
     if reward_name != "milestone":
         protocol = protocol.rsplit("\nReward (milestones)", 1)[0] + f"\nReward function: {reward_name}."
     description = f" - {task.description}" if task.description else ""
+    native_format = _native_format(backend, language_name(backend), example)
     return f"""\
 # Task {task.id} (level {task.level}){description}
 
 Write a faster replacement for the PyTorch program below: a `class ModelNew(nn.Module)` whose forward
-computes the same outputs with your own {language} kernels.
+computes the same outputs with your own {kernel_language} kernels.
 
 ## Target
 Backend: {backend}
@@ -239,10 +298,19 @@ Hardware: {hardware}
 ```
 {size_note}
 ## Rules
-{_rules(backend, config)}
+{_rules(backend, config, language)}
 {_speed_text(config)}
 
 ## Candidate format
+{triton_format(backend) if language == "triton" else native_format}
+
+## Actions
+{protocol}
+"""
+
+
+def _native_format(backend: str, language: str, example: str) -> str:
+    return f"""\
 A Python source that defines `class ModelNew`. Recommended: write the kernels as plain {language} with
 `extern "C"` entry points (raw pointers and sizes, no torch headers) and load them with
 `cuda_gym.native.load_kernels`; a build then takes about a second. Supported parameter types: pointers
@@ -254,11 +322,7 @@ Example ({backend}):
 ```
 KernelBench-style candidates that use torch.utils.cpp_extension.load_inline are accepted too. Their
 builds take about 10 s when the CUDA source holds plain (non-template) kernels launched from C++
-wrappers, about 30 s otherwise (templates, namespaces, #ifdef, __constant__ symbols used by the host).
-
-## Actions
-{protocol}
-"""
+wrappers, about 30 s otherwise (templates, namespaces, #ifdef, __constant__ symbols used by the host)."""
 
 
 # ------------------------------------------------------------------------------------- feedback

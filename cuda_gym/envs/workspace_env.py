@@ -173,9 +173,40 @@ class ModelNew(nn.Module):
 ```'''
 
 
-def workspace_guide(backend: str, config: EvalConfig) -> str:
-    """GUIDE.md of a workdir on `backend` under `config` (the layout, the steps, the rules)."""
+_TRITON_GUIDE = """\
+# Workflow guide
+
+You work in a workdir through tool calls (one per turn). Files:
+  model.py        the reference program (read-only)
+  GUIDE.md        this guide (read-only)
+  model_new.py    you write it: class ModelNew, same constructor arguments as Model, whose forward
+                  launches your @triton.jit kernels (no kernels/ files are needed)
+
+## Steps
+1. Read model.py. Call `profile` before writing anything: it shows the eager / torch.compile times to beat.
+2. Write model_new.py, then `compile` until it imports.
+3. `verify` until the verdict is OK on every input draw. A fast but wrong kernel is worth nothing.
+4. `profile`, make it faster (fuse operations, pick block sizes, triton.autotune), verify + profile again.
+5. `submit` your best version. It ends the episode.
+
+## Format
+{triton_format}
+
+## Rules
+{rules}
+{speed}
+"""
+
+
+def workspace_guide(backend: str, config: EvalConfig, language: str = "cuda") -> str:
+    """GUIDE.md of a workdir on `backend` under `config` for kernels in `language` (the layout, the
+    steps, the rules)."""
     from ..extension import CPU_CFLAGS, CUDA_NVCC_FLAGS
+
+    if language == "triton":
+        return _TRITON_GUIDE.format(triton_format=prompt_text.triton_format(backend),
+                                    rules=prompt_text._rules(backend, config, language),
+                                    speed=prompt_text._speed_text(config))
 
     cuda = backend == "cuda"
     call = ("err = cuda_extension.scale_forward(x, y, self.alpha, x.numel())  # the stream is added\n"
@@ -242,7 +273,7 @@ class WorkspaceEnv(KernelEnv):
         self.workdir_root.mkdir(parents=True, exist_ok=True)
         self.workdir = Path(tempfile.mkdtemp(prefix="cuda_gym_workspace_", dir=self.workdir_root))
         backend, hardware = self._target_backend()
-        guide = workspace_guide(backend, self.config)
+        guide = workspace_guide(backend, self.config, self.language)
         (self.workdir / "kernels").mkdir()
         (self.workdir / "model.py").write_text(self._reference_file(task, backend))
         (self.workdir / "GUIDE.md").write_text(guide)
@@ -264,7 +295,7 @@ class WorkspaceEnv(KernelEnv):
 
     def _start_text(self, task: Task, backend: str, hardware: str) -> str:
         description = f" - {task.description}" if task.description else ""
-        language = "CUDA C++" if backend == "cuda" else "C++"
+        language = prompt_text.language_name(backend, self.language)
         names = ", ".join(s["function"]["name"] for s in TOOL_SCHEMAS)
         return (f"# Task {task.id} (level {task.level}){description}\n\n"
                 f"Write a faster replacement for the PyTorch program in model.py: model_new.py with a class ModelNew "

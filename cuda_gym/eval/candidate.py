@@ -15,7 +15,15 @@ import re
 from dataclasses import dataclass
 
 MAX_CANDIDATE_CHARS = 200_000
+# `import triton`, `import triton.language as tl`, `from triton import ...` at any indentation.
+_IMPORTS_TRITON = re.compile(r"^\s*(?:import\s+triton\b|from\s+triton(?:\.[\w.]+)?\s+import\b)", re.M)
+LANGUAGES = ("cuda", "triton")  # "cuda": the native forms (CUDA C++ on the GPU, C++ on the CPU backend)
 _FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)```", re.S)
+
+
+def uses_triton(source: str) -> bool:
+    """Whether a candidate's source imports triton (its kernels are `@triton.jit` functions)."""
+    return bool(_IMPORTS_TRITON.search(source))
 
 
 class InvalidCandidate(ValueError):
@@ -31,11 +39,18 @@ class Candidate:
         return hashlib.sha256(self.source.encode()).hexdigest()[:20]
 
     @property
+    def language(self) -> str:
+        """The kernel language: 'triton' where the source imports triton, else 'cuda' (`LANGUAGES`)."""
+        return "triton" if uses_triton(self.source) else "cuda"
+
+    @property
     def form(self) -> str:
-        """'multifile' (a packed workdir), 'native' (recommended fast form), 'load_inline' (KernelBench)
-        or 'python' (no native code)."""
+        """'multifile' (a packed workdir), 'triton' (@triton.jit kernels), 'native' (recommended fast
+        form), 'load_inline' (KernelBench) or 'python' (no native code)."""
         if _PACKED_HEAD in self.source.partition("\n")[0]:
             return "multifile"
+        if uses_triton(self.source):
+            return "triton"
         if "load_kernels" in self.source:
             return "native"
         if "load_inline" in self.source or "cpp_extension" in self.source:

@@ -35,7 +35,7 @@ from .correctness import ToleranceFloor, compare, degenerate_reason, judge_stats
 from .logs import trim_compile_log
 from .pool import (READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, remove_orphaned_scratch,
                    run_job)
-from . import output_digest, sandbox
+from . import output_digest, sandbox, triton_support
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
 from .reward import DEGENERATE_FLAG, claims_milestone
@@ -276,6 +276,7 @@ class Evaluator:
         capability = self.platform.get("capability")
         if backend == "cuda" and capability:
             env["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
+        env.update(triton_support.worker_env(self.cache_dir, backend))
         env["CUDA_GYM_TIMER_HOLD"] = "1" if self.held_timing else "0"
         if self._hold_library:
             env[HOLD_LIBRARY_ENV] = self._hold_library
@@ -306,6 +307,8 @@ class Evaluator:
             return
         key = self._candidate_key(candidate, backend)
         result.candidate_hash = key
+        result.language = candidate.language
+        triton_support.apply_report(result, {})  # flags interpreted timings before any is measured
         env = self._base_env(backend) | {"TORCH_EXTENSIONS_DIR": str(self.cache_dir / "inline" / key)}
         if not self._build(candidate, key, backend, config, env, result):
             return
@@ -962,6 +965,7 @@ class _Judgement:
         self.result.flags += list(meta.get("flags", []))
         forbidden = meta.get("forbidden_ops") or {}
         self.result.forbidden_ops = sorted(forbidden)
+        triton_support.apply_report(self.result, meta.get("triton"))
         if meta.get("tampered"):
             return self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
                                 + ", ".join(meta["tampered"]))
@@ -973,7 +977,7 @@ class _Judgement:
                                     "kernels (constants made in the forward may be computed and moved)")
             if int(meta.get("native_calls", 0)) == 0:
                 return self.verdict(ErrorCode.FORBIDDEN, "the forward never called the candidate's native code "
-                                    "(load_kernels functions or load_inline module functions)")
+                                    "(load_kernels functions, load_inline module functions or Triton kernel launches)")
         return True
 
     def _on_kernels(self) -> None:

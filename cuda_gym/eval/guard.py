@@ -956,6 +956,7 @@ WATCHED_MODULES = (
     "cuda_gym.native", "cuda_gym.eval.worker", "cuda_gym.eval.guard", "cuda_gym.eval.timing", "cuda_gym.eval.memory",
     "cuda_gym.eval.correctness", "cuda_gym.eval.protocol", "cuda_gym.eval.sandbox", "cuda_gym.eval.result",
     "cuda_gym.eval.config", "cuda_gym.eval.output_digest", "cuda_gym.eval.switches", "cuda_gym.eval.host_memory",
+    "cuda_gym.eval.triton_support", "cuda_gym.eval.timed_inputs",
 )
 # (module, class name) pairs whose class dict is snapshotted (every method, not a chosen few).
 WATCHED_CLASSES = (
@@ -963,12 +964,15 @@ WATCHED_CLASSES = (
     ("torch.cuda", "Stream"), ("torch.profiler", "profile"), ("torch.utils._python_dispatch", "TorchDispatchMode"),
     ("multiprocessing.connection", "Connection"), ("json", "JSONEncoder"), ("json", "JSONDecoder"),
     ("cuda_gym.native", "NativeFunction"), ("cuda_gym.native", "KernelLibrary"),
-    ("cuda_gym.eval.guard", "OpRecorder"), ("cuda_gym.eval.guard", "TamperCheck"), ("cuda_gym.eval.guard", "Tripwire"),
+    ("cuda_gym.eval.timed_inputs", "TimedLoader"), ("cuda_gym.eval.guard", "OpRecorder"), ("cuda_gym.eval.guard", "TamperCheck"), ("cuda_gym.eval.guard", "Tripwire"),
     ("cuda_gym.eval.guard", "_StorageMarks"), ("cuda_gym.eval.guard", "_HostReadWatch"),
     ("cuda_gym.eval.guard", "_CountingModule"), ("torch.overrides", "TorchFunctionMode"),
     ("cuda_gym.eval.switches", "Switches"), ("cuda_gym.eval.output_digest", "DigestMaker"),
     ("cuda_gym.eval.worker", "_Channel"), ("cuda_gym.eval.worker", "_TaskSetup"), ("cuda_gym.eval.timing", "Timer"),
     ("collections", "Counter"),  # the op recorder counts ops in one
+    # Triton's launch paths, where triton_support counts launches (present once it is imported).
+    ("triton.runtime.jit", "JITFunction"), ("triton.runtime.interpreter", "InterpretedFunction"),
+    ("triton.runtime.interpreter", "GridExecutor"), ("triton.runtime.autotuner", "Autotuner"),
 )
 # (module, attribute) pairs whose object must stay the same one: instances and dicts the checks go
 # through, which the module watch above does not compare (it compares callables, modules and classes).

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The JSON form's version; what each version changed is listed in docs/environment.md ("The result").
-RESULT_SCHEMA_VERSION = 8
+RESULT_SCHEMA_VERSION = 9
 
 
 class ErrorCode(str, enum.Enum):
@@ -73,6 +73,7 @@ class EvalResult:
     precision: str = "fp32"
     policy: str = "strict"
     candidate_hash: str = ""
+    language: str = ""  # the candidate's kernel language: "cuda" (native forms) or "triton"; "" before parsing
     compiled: bool = False
     correct: bool = False
     trials: list[TrialResult] = field(default_factory=list)

@@ -12,6 +12,7 @@ FASTER_MARGIN = 1.05  # "faster" means more than 5% faster, as in CUDA Agent
 
 
 DEGENERATE_FLAG = "degenerate_task"  # the task cannot tell a kernel from a constant (correctness.degenerate_reason)
+TRITON_INTERPRETED_FLAG = "triton_interpreted"  # Triton kernels ran in Triton's interpreter: the timings mean nothing
 
 
 def _faster(speedup: float | None) -> bool:
@@ -20,8 +21,9 @@ def _faster(speedup: float | None) -> bool:
 
 def pays_for_speed(result: EvalResult) -> bool:
     """Whether speed may earn anything: not on a task whose output cannot tell a kernel from a
-    constant, where a kernel that writes the constant is "correct" and as fast as memory allows."""
-    return DEGENERATE_FLAG not in result.flags
+    constant, where a kernel that writes the constant is "correct" and as fast as memory allows;
+    not where the timings came from Triton's interpreter (the CPU backend), which measures nothing."""
+    return DEGENERATE_FLAG not in result.flags and TRITON_INTERPRETED_FLAG not in result.flags
 
 
 def claims_milestone(result: EvalResult) -> bool:

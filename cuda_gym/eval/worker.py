@@ -19,6 +19,7 @@ import contextlib
 import copy
 import importlib
 import json
+import linecache
 import os
 import random
 import re
@@ -39,7 +40,7 @@ import torch.profiler  # noqa: F401
 import torch.utils.cpp_extension  # noqa: F401
 
 from ..tasks.task import load_task_namespace
-from . import fastbuild, guard, memory, output_digest, protocol, sandbox
+from . import fastbuild, guard, memory, output_digest, protocol, sandbox, triton_support
 from .config import EvalConfig, device_time
 from .correctness import (Draw, ToleranceFloor, degenerate_reason, draw_label, flatten_outputs, make_draw,
                           output_stats, reshuffle, tolerance_floor)
@@ -570,6 +571,8 @@ def _load_candidate(source: str) -> types.ModuleType:
     module = types.ModuleType("candidate")
     module.__file__ = os.path.join(os.getcwd(), "candidate.py")
     sys.modules["candidate"] = module
+    # The source where inspect.getsource finds it (@triton.jit reads its kernel's source).
+    linecache.cache["candidate.py"] = (len(source), None, source.splitlines(keepends=True), "candidate.py")
     exec(compile(source, "candidate.py", "exec"), module.__dict__)
     return module
 
@@ -943,6 +946,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         importlib.import_module("torch._inductor.compile_fx")
         torch._dynamo.mutation_guard.install_generation_tagging_init()
     guard.count_native_calls()
+    triton_support.count_launches(device, job["candidate_source"])
     paired = _PairedReference(setup, job, device, variants) if job.get("pair_with_reference") else None
     tamper = guard.TamperCheck(device, policy)  # last thing before candidate code: arms the tripwire
     started = _perf_counter()
@@ -1066,7 +1070,8 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
                                "recording_intact": still_recording, "tampered": tamper.changes()}, arrays)
         del output, reference
 
-    checks = {"forbidden_ops": forbidden, "native_calls": native_calls, "tampered": tamper.changes(), "flags": flags}
+    checks = {"forbidden_ops": forbidden, "native_calls": native_calls, "tampered": tamper.changes(), "flags": flags,
+              "triton": triton_support.report()}
     channel.send("checks", checks)
     if device == "cuda":
         clock.mark("trials")

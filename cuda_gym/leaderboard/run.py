@@ -117,13 +117,13 @@ def _entry(row: Row, result: "EvalResult | None", origin: str) -> dict[str, Any]
                              "correct": row.correct, "speedup_vs_eager": row.speedup_vs_eager,
                              "speedup_vs_compile": row.speedup_vs_compile, "time_ms": None, "eager_ms": None,
                              "compile_ms": None, "message": "no submission for this task" if result is None else "",
-                             "origin": origin, "candidate_hash": ""}
+                             "origin": origin, "candidate_hash": "", "language": ""}
     if result is not None:
         baseline = result.baseline_ms()
         entry.update(time_ms=result.candidate_time.median_ms if result.candidate_time else None,
                      eager_ms=baseline["eager"], compile_ms=baseline["compile"],
                      message="" if result.ok else " ".join(result.message.split())[:300],
-                     candidate_hash=result.candidate_hash)
+                     candidate_hash=result.candidate_hash, language=result.language)
     return entry
 
 

@@ -48,9 +48,12 @@ def load_builtin() -> list[Task]:
     return tasks
 
 
-def solution_path(task: Task, backend: str) -> Path | None:
-    """The shipped reference solution of a built-in task for a backend, if there is one."""
-    path = SOLUTIONS_DIR / backend / f"L{task.level}" / f"{task.name}.py"
+def solution_path(task: Task, backend: str, language: str = "cuda") -> Path | None:
+    """The shipped reference solution of a built-in task for a backend, if there is one. The
+    `language="cuda"` ones are native code per backend (CUDA C++, C++); the `"triton"` ones serve
+    both backends (on the CPU through Triton's interpreter)."""
+    folder = "triton" if language == "triton" else backend
+    path = SOLUTIONS_DIR / folder / f"L{task.level}" / f"{task.name}.py"
     return path if path.exists() else None
 
 

@@ -1,0 +1,153 @@
+"""Triton candidates on the GPU, side by side with the recommended CUDA form, in one run:
+
+  solutions   every shipped Triton reference solution judged by a fresh evaluator with the default
+              EvalConfig (strict, fp32, eager and torch.compile baselines): verdict, time, speedups,
+              compile seconds, kernels;
+  latency     compile-plus-first-call seconds of each task's Triton solution and of its CUDA
+              solution (cuda_gym.native.load_kernels), each in a fresh process with empty kernel
+              and Triton caches, `--repeats` times; the medians side by side.
+
+The Triton hostile files are judged by tests/test_hostile.py (`-m gpu -k triton`): see
+benchmarks/triton_gpu.sh. Writes benchmarks/results/triton_gpu/<device>/<date>.json (or --out).
+`--backend cpu` runs the same on the CPU (Triton's interpreter; timings there mean nothing): a
+check of this script where no GPU is.
+
+    python benchmarks/triton_gpu.py --backend cuda --repeats 3 --out $OUT/triton_gpu.json
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Runs in a fresh process: build the candidate module, make the model, run the first forward.
+_FIRST_CALL = r'''
+import json, sys, time, types, linecache
+import torch
+from cuda_gym.tasks import get_task
+from cuda_gym.tasks.task import load_task_namespace
+task_id, path, backend = sys.argv[1:4]
+task = get_task(task_id)
+namespace = load_task_namespace(task.source, task.sizes_for(backend), task.id)
+torch.manual_seed(0)
+inputs = [x.to(backend) if isinstance(x, torch.Tensor) else x for x in namespace["get_inputs"]()]
+init = namespace["get_init_inputs"]()
+source = open(path).read()
+def sync():
+    if backend == "cuda":
+        torch.cuda.synchronize()
+sync()
+started = time.perf_counter()
+module = types.ModuleType("candidate")
+linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)
+exec(compile(source, path, "exec"), module.__dict__)
+built = time.perf_counter()
+with torch.device(backend):
+    model = module.ModelNew(*init).to(backend).eval()
+with torch.no_grad():
+    model(*inputs)
+sync()
+done = time.perf_counter()
+print(json.dumps({"build_s": built - started, "first_call_s": done - built, "total_s": done - started}))
+'''
+
+
+def judge_solutions(backend: str, tasks: list, cache_dir: str) -> list[dict]:
+    from cuda_gym.eval import EvalConfig, Evaluator
+    from cuda_gym.tasks import solution_path
+
+    rows = []
+    with Evaluator(backend, EvalConfig(), cache_dir=cache_dir) as evaluator:
+        for task in tasks:
+            result = evaluator.evaluate(task, solution_path(task, backend, language="triton").read_text())
+            rows.append({"task_id": task.id, "verdict": result.error_code.value, "message": result.message[:300],
+                         "language": result.language, "time_ms": result.candidate_time.median_ms
+                         if result.candidate_time else None, **result.baseline_ms(),
+                         "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
+                         "compile_seconds": result.compile_seconds, "eval_seconds": result.eval_seconds,
+                         "flags": result.flags, "forbidden_ops": result.forbidden_ops, "kernels": result.kernels})
+            print(result.summary(), flush=True)
+    return rows
+
+
+def first_call_seconds(task_id: str, path: Path, backend: str) -> dict:
+    """One cold measurement: a fresh process, empty kernel and Triton caches."""
+    with tempfile.TemporaryDirectory(prefix="cuda_gym_triton_latency_") as cold:
+        env = dict(os.environ, CUDA_GYM_KERNEL_CACHE=f"{cold}/kernels", TRITON_CACHE_DIR=f"{cold}/triton",
+                   TORCH_EXTENSIONS_DIR=f"{cold}/inline")
+        if backend == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+        proc = subprocess.run([sys.executable, "-c", _FIRST_CALL, task_id, str(path), backend], env=env,
+                              capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-1500:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def latency(backend: str, tasks: list, repeats: int) -> list[dict]:
+    from cuda_gym.tasks import solution_path
+
+    rows = []
+    for task in tasks:
+        row = {"task_id": task.id}
+        for language in ("triton", "cuda"):
+            path = solution_path(task, backend, language=language)
+            if path is None:
+                continue
+            samples = [first_call_seconds(task.id, path, backend) for _ in range(repeats)]
+            good = [s for s in samples if "error" not in s]
+            row[language] = {"samples": samples,
+                             "median_total_s": statistics.median(s["total_s"] for s in good) if good else None,
+                             "median_build_s": statistics.median(s["build_s"] for s in good) if good else None,
+                             "median_first_call_s": statistics.median(s["first_call_s"] for s in good) if good else None}
+        print(json.dumps({k: (v if k == "task_id" else v.get("median_total_s")) for k, v in row.items()}), flush=True)
+        rows.append(row)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--repeats", type=int, default=3, help="cold first-call measurements per task and language")
+    parser.add_argument("--tasks", help="comma-separated task ids (default: every task with a Triton solution)")
+    parser.add_argument("--skip-judging", action="store_true", help="latency only")
+    parser.add_argument("--out", help="output JSON (default benchmarks/results/triton_gpu/<device>/<date>.json)")
+    args = parser.parse_args()
+
+    import torch
+    import triton
+
+    from cuda_gym.tasks import load_suite, solution_path
+
+    tasks = [t for t in load_suite("builtin") if solution_path(t, args.backend, language="triton")]
+    if args.tasks:
+        tasks = [t for t in tasks if t.id in set(args.tasks.split(","))]
+    device = torch.cuda.get_device_name() if args.backend == "cuda" else f"cpu-{os.cpu_count()}core"
+    with tempfile.TemporaryDirectory(prefix="cuda_gym_triton_gpu_") as cache_dir:
+        solutions = [] if args.skip_judging else judge_solutions(args.backend, tasks, cache_dir)
+    record = {
+        "benchmark": "triton_gpu", "date": dt.date.today().isoformat(), "backend": args.backend, "device": device,
+        "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+        "note": "CPU: Triton's interpreter, timings mean nothing" if args.backend == "cpu" else "",
+        "solutions": solutions, "all_ok": all(r["verdict"] == "OK" for r in solutions) if solutions else None,
+        "latency": latency(args.backend, tasks, args.repeats),
+    }
+    out = Path(args.out) if args.out else (ROOT / "benchmarks" / "results" / "triton_gpu"
+                                           / device.replace(" ", "_") / f"{record['date']}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0 if args.skip_judging or record["all_ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
