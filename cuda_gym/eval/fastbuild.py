@@ -26,7 +26,7 @@ forms put DIR on the include path before torch's headers; g++ takes the first va
 forwarding `torch/extension.h` beside the variants sends g++ on to torch's own header whenever it
 cannot use one (a second #include, flags no variant matches, a variant still being built): without
 it g++ stops with "No such file", which made every split host file that included the header fall
-back to the stripped form on the H200 (session 4).
+back to the stripped form.
 
 A form that fails to build or import falls through to the next, so a candidate never fails because
 of this module; the build directory records the form that worked (`cuda_gym_build_form`), so the

@@ -945,7 +945,7 @@ WATCHED_MODULES = (
     "torch.autograd.profiler", "torch.profiler", "torch.profiler.profiler", "torch.utils._python_dispatch",
     "torch.cuda.memory", "torch.cuda.streams",
     # Modules whose functions the worker's checks reach after the candidate loaded, through globals
-    # resolved at call time (found in the session 19 audit): json's encoder, the pytree walk of the
+    # resolved at call time: json's encoder, the pytree walk of the
     # op recorder, torch's dispatch-rule registry, the profiler's event tables, hook handles,
     # contextlib (the audit's context managers), device-index helpers, numpy's array_equal, os.
     "json.encoder", "torch.utils._pytree", "torch._library.simple_registry", "torch.autograd.profiler_util",
