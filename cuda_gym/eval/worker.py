@@ -646,15 +646,17 @@ def _setup_or_error(channel: _Channel, job: dict, device: str) -> _TaskSetup | N
     for attempt in (0, 1):
         try:
             return _TaskSetup(job, device)
+        except memory.NotEnoughMemory as exc:
+            report = (f"the task does not fit this device: {exc}", "")
+            short = True
         except BaseException as exc:  # noqa: BLE001
-            short = isinstance(exc, memory.NotEnoughMemory) or _is_oom(exc)
-            if attempt == 0 and short and device == "cuda" and _wait_for_freed_device_memory():
-                continue
-            if isinstance(exc, memory.NotEnoughMemory):
-                _error(channel, "TASK_ERROR", f"the task does not fit this device: {exc}")
-            else:
-                _reference_failed(channel, exc, device, None)
-            return None
+            short = _is_oom(exc)
+            report = (memory.out_of_memory_message(device, None, "the reference") if short
+                      else f"the reference failed: {type(exc).__name__}: {exc}", traceback.format_exc(limit=8))
+        # Here, out of the except clause, the failed attempt's tensors are no longer referenced.
+        if not (attempt == 0 and short and device == "cuda" and _wait_for_freed_device_memory()):
+            break
+    _error(channel, "TASK_ERROR", report[0], traceback=report[1])
     return None
 
 
