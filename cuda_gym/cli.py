@@ -162,8 +162,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"error: none of the {len(suite)} built-in tasks asked for has a {language} reference solution "
                   f"for backend {backend} (`cuda-gym tasks list` marks those that do)", file=sys.stderr)
             return 2
+        written_in = " in Triton" if language == "triton" else ""
         print(f"cuda-gym run: judging {len(tasks)} of {len(suite)} built-in tasks, those with a reference "
-              f"solution ({language}) for {backend} (the others are for agents to solve), on {evaluator.device_name}; "
+              f"solution{written_in} for {backend} (the others are for agents to solve), on {evaluator.device_name}; "
               f"baselines: {', '.join(config.baselines)} (evaluator ready after "
               f"{time.monotonic() - evaluator_started:.0f} s)")
         if backend == "cpu" and language == "cuda":
