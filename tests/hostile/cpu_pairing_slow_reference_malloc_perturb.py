@@ -1,7 +1,8 @@
 """Slowing the PAIRED reference through glibc malloc (EvalConfig.host_pairing=("cpu",)). The
 kernel is the honest solution's; every call starts with `mallopt(M_PERTURB, 0)` and ends with
 `mallopt(M_PERTURB, 0x55)` (ctypes into libc: no CPython symbol, so the tripwire's dlsym watch
-does not fire; left off under the op recorder, i.e. in the trials, whose checks allocate much).
+does not fire). It is left on after every call, the trials' too: telling them apart by the
+dispatch-mode stack's length is FORBIDDEN under the strict policy.
 Until the candidate's next call, glibc fills every block it hands out with 0xAA and every block
 it takes back with 0x55: the paired reference pays two extra passes over each of its
 intermediates and outputs on every call, the candidate's own calls run with it off. The paired
@@ -96,5 +97,5 @@ class ModelNew(_Honest):
     def forward(self, *args):
         _libc.mallopt(_M_PERTURB, 0)
         out = super().forward(*args)
-        _libc.mallopt(_M_PERTURB, 0 if torch._C._len_torch_dispatch_stack() else 0x55)
+        _libc.mallopt(_M_PERTURB, 0x55)
         return out
