@@ -59,7 +59,7 @@ def test_triton_candidate_plays_a_full_builtin_l1_episode(cpu_evaluator):
     import cuda_gym  # noqa: F401 - registers the IDs
 
     task_id = "builtin/L1/softmax"
-    env = gym.make("CudaKernel-Builtin-L1-v0", backend="cpu", evaluator=cpu_evaluator, language="triton",
+    env = gym.make("CudaKernel-Builtin-L1-v1", backend="cpu", evaluator=cpu_evaluator, language="triton",
                    max_turns=3)
     try:
         observation, info = env.reset(options={"task_id": task_id})
