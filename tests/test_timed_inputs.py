@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from cuda_gym.eval.timed_inputs import (InputsChanged, TimedInput, TimedLoader, fresh_draw, rotated, same_inputs,
+from cuda_gym.eval.timed_inputs import (InputsChanged, TimedInput, TimedInputs, TimedLoader, fresh_draw, rotated, same_inputs,
                                         secret_shifts)
 
 
@@ -76,3 +76,32 @@ def test_rotated_fallback_keeps_the_values_and_moves_them():
     assert shifts[0] > 0 and shifts[1] > 0 and shifts[2] == 0
     moved = rotated(values, shifts)
     assert torch.equal(moved[0].reshape(-1), values[0].reshape(-1).roll(shifts[0])) and moved[2] == 7
+
+
+def test_a_task_whose_draws_repeat_gets_fresh_draws_and_one_that_drifts_gets_rotations():
+    chooser = random.SystemRandom()
+    sets = [[torch.arange(12.0)]]
+    fresh = TimedInputs(get_inputs, "cpu", sets)
+    assert fresh.rotated_why == ""
+    timed = fresh.secret(chooser, 0)
+    assert timed.seed is not None and same_inputs(fresh.values(timed), fresh.values(timed))
+
+    counter = iter(range(100))
+    drifting = TimedInputs(lambda: [torch.full((4,), float(next(counter)))], "cpu", sets)
+    assert "other values under the same seed" in drifting.rotated_why
+    timed = drifting.secret(chooser, 0)
+    assert timed.seed is None and timed.shifts[0] > 0
+    assert torch.equal(drifting.values(timed)[0], sets[0][0].roll(timed.shifts[0]))
+    assert drifting.secret(chooser, 0, plain=True).shifts == (0,)
+
+
+def test_the_checksum_digests_first_then_verifies():
+    live = [torch.zeros(16, 8), torch.zeros(5, dtype=torch.int64), 3]
+    loader = TimedLoader(live, [TimedInput(1)], lambda timed: fresh_draw(get_inputs, timed.seed, "cpu"))
+    seen = []
+    check = loader.digest_then_verify(lambda output, index: seen.append((index, live[0].clone())) or "record")
+    loader.load(0)
+    live[0].add_(1.0)
+    with pytest.raises(InputsChanged):
+        check("output", 0)
+    assert seen and seen[0][0] == 0  # the digest ran before the check raised

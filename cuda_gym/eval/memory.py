@@ -14,6 +14,7 @@ runs, so a candidate that returns an uninitialised buffer can never be handed th
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
@@ -265,3 +266,27 @@ def out_of_memory_message(device: str, plan: MemoryPlan | None, who: str) -> str
         parts.append(f"the task's inputs take {plan.input_bytes / GIB:.2f} GiB and its outputs "
                      f"{plan.output_bytes / GIB:.2f} GiB; the evaluation may use {plan.budget_bytes / GIB:.2f} GiB")
     return "; ".join(parts)
+
+
+FREED_MEMORY_WAIT_S = 20.0  # how long a set-up short of memory waits for other processes to free theirs
+
+
+def wait_for_freed_device_memory() -> bool:
+    """Frees this process's cached blocks, then waits (up to FREED_MEMORY_WAIT_S) until the CUDA
+    device's free memory has not risen for a second. True if it rose meanwhile: worth a retry (a
+    worker killed just before may still be freeing its memory)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    first = last = torch.cuda.mem_get_info()[0]
+    stable_since = started = time.perf_counter()
+    while time.perf_counter() - started < FREED_MEMORY_WAIT_S and time.perf_counter() - stable_since < 1.0:
+        time.sleep(0.1)
+        free = torch.cuda.mem_get_info()[0]
+        if free > last + (64 << 20):
+            stable_since = time.perf_counter()
+        last = max(last, free)
+    return last > first + (256 << 20)

@@ -20,6 +20,7 @@ does so in a trial.
 from __future__ import annotations
 
 import random
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -101,6 +102,40 @@ def copy_into(live: list[Any], values: list[Any]) -> None:
             dst.copy_(src)
 
 
+class TimedInputs:
+    """Where one task's timed inputs come from: fresh draws of `get_inputs()` on `device`, or where
+    two draws under one seed differ (`rotated_why` says why; '' when they agree), secret rotations
+    of the resident `timing_sets` (the caller's list, read when an input is made)."""
+
+    def __init__(self, get_inputs: Callable[[], Any], device: str, timing_sets: list[list[Any]]):
+        self.get_inputs, self.device, self.timing_sets = get_inputs, device, timing_sets
+        seed = secrets.randbits(62)
+        try:
+            repeatable = same_inputs(self._fresh(seed), self._fresh(seed))
+            self.rotated_why = "" if repeatable else "the task's get_inputs() gives other values under the same seed"
+        except Exception as exc:  # noqa: BLE001 - the rotations stand
+            self.rotated_why = f"the task's get_inputs() raised {type(exc).__name__}: {exc}"[:300]
+
+    def _fresh(self, seed: int) -> list[Any]:
+        return fresh_draw(self.get_inputs, seed, self.device)
+
+    def secret(self, chooser: random.SystemRandom, index: int, plain: bool = False) -> TimedInput:
+        """Timed call `index`'s input: a fresh draw under a secret seed, or (`rotated_why`) timing
+        set index mod sets rotated by secret shifts (`plain`: not rotated, the fallback where the
+        rotation breaks the task)."""
+        if not self.rotated_why:
+            return TimedInput(chooser.getrandbits(62))
+        which = index % len(self.timing_sets)
+        shifts = (0,) * len(self.timing_sets[which]) if plain else secret_shifts(chooser, self.timing_sets[which])
+        return TimedInput(None, which, shifts)
+
+    def values(self, timed: TimedInput) -> list[Any]:
+        """The values of a timed input (a new list of new tensors)."""
+        if timed.seed is not None:
+            return self._fresh(timed.seed)
+        return rotated(self.timing_sets[timed.which], timed.shifts)
+
+
 class TimedLoader:
     """Loads timed input k into the live tensors (`load`) and checks them unchanged after a call
     (`verify`). `make(TimedInput)` makes an input's values; the last one made is kept (for the
@@ -115,6 +150,16 @@ class TimedLoader:
             self._made = None  # freed before the next draw is made
             self._made = (index, self.make(self.inputs[index]))
         copy_into(self.live, self._made[1])
+
+    def digest_then_verify(self, digest: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+        """The timers' checksum callable: the call's output digested (first: nothing else reads the
+        outputs before their digest), then the inputs checked unchanged."""
+        def check(output: Any, index: int) -> Any:
+            record = digest(output, index)
+            self.verify()
+            return record
+
+        return check
 
     def verify(self) -> None:
         """Raises InputsChanged where the live inputs differ from what was loaded last."""

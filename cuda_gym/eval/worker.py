@@ -44,8 +44,7 @@ from . import fastbuild, guard, memory, output_digest, protocol, sandbox, triton
 from .config import EvalConfig, device_time
 from .correctness import (Draw, ToleranceFloor, degenerate_reason, draw_label, flatten_outputs, make_draw,
                           output_stats, reshuffle, tolerance_floor)
-from .timed_inputs import (InputsChanged, TimedInput, TimedLoader, copy_into, fresh_draw, rotated, same_inputs,
-                           secret_shifts)
+from .timed_inputs import InputsChanged, TimedInputs, TimedLoader, copy_into
 from .timing import MAX_EXTRA_WARMUPS, PAIRS, ReferenceCallFailed, Timer, handles, prepare_hold, time_pairs
 
 _perf_counter = time.perf_counter
@@ -224,7 +223,7 @@ class _TaskSetup:
         self.distributions: list[str] = []
         self.reference_outputs: list[list[torch.Tensor] | None] = []
         self.timing_sets: list[list[Any]] = []
-        self.rotated_why = "not checked yet"  # why the timed calls rotate the timing sets ('' : fresh draws)
+        self.timed_inputs: TimedInputs | None = None  # made with the timing sets
         used = memory.device_used_bytes(device)
         # The first reference pass measures the outputs and the reference's own workspace (beyond
         # its copy of the inputs, which the plan counts apart).
@@ -329,7 +328,7 @@ class _TaskSetup:
         plan gave it then). Nothing where an earlier job's measurement was given."""
         if self.known_reference_error is not None or self.reference_error:
             return
-        self.timing_sets = []
+        self.timing_sets.clear()  # the list timed_inputs reads too
 
         def outputs(index: int) -> list[torch.Tensor]:
             kept = self.reference_outputs[index] if index < len(self.reference_outputs) else None
@@ -428,8 +427,7 @@ class _TaskSetup:
 
     def prepare_timing_sets(self) -> None:
         """The resident timing input sets: the draws after the trials' (the same in every worker).
-        Then whether the task's inputs can be drawn afresh for every timed call: the same seed
-        must give the same values twice (timed_inputs)."""
+        Then where the timed calls' inputs come from (timed_inputs.TimedInputs)."""
         first = self.trial_count
         for index in range(first, first + self.plan.timing_sets):
             draw = self.draw(index)
@@ -439,31 +437,7 @@ class _TaskSetup:
             self.timing_sets.append(draw.inputs)
         if not self.timing_sets:  # no room for another set: every timed call rotates the base inputs
             self.timing_sets.append(self.base)
-        seed = secrets.randbits(62)
-        try:
-            repeatable = same_inputs(self._fresh(seed), self._fresh(seed))
-            self.rotated_why = "" if repeatable else "the task's get_inputs() gives other values under the same seed"
-        except Exception as exc:  # noqa: BLE001 - the rotations stand
-            self.rotated_why = f"the task's get_inputs() raised {type(exc).__name__}: {exc}"[:300]
-
-    def _fresh(self, seed: int) -> list[Any]:
-        return fresh_draw(self.namespace["get_inputs"], seed, self.device)
-
-    def secret_timed_input(self, chooser: random.SystemRandom, index: int, plain: bool = False) -> TimedInput:
-        """Timed call `index`'s input: a fresh draw under a secret seed, or where the task's draws
-        cannot be made again (`rotated_why`), timing set index mod sets rotated by secret shifts
-        (`plain`: not rotated, the fallback where the rotation breaks the task)."""
-        if not self.rotated_why:
-            return TimedInput(chooser.getrandbits(62))
-        which = index % len(self.timing_sets)
-        shifts = (0,) * len(self.timing_sets[which]) if plain else secret_shifts(chooser, self.timing_sets[which])
-        return TimedInput(None, which, shifts)
-
-    def timed_values(self, timed: TimedInput) -> list[Any]:
-        """The values of a timed input (a new list of new tensors)."""
-        if timed.seed is not None:
-            return self._fresh(timed.seed)
-        return rotated(self.timing_sets[timed.which], timed.shifts)
+        self.timed_inputs = TimedInputs(self.namespace["get_inputs"], self.device, self.timing_sets)
 
     def release_reference_outputs(self) -> None:
         self.reference_outputs = [None] * len(self.reference_outputs)
@@ -482,17 +456,17 @@ def _reference_digests(setup: _TaskSetup, config: dict, digest: output_digest.Di
     reference is not timed here: its times come from the baseline workers.)"""
     chooser = random.SystemRandom()
     warmup = config["warmup_reps"]
-    variants = [setup.secret_timed_input(chooser, index) for index in range(warmup + config["timing_reps"])]
+    variants = [setup.timed_inputs.secret(chooser, index) for index in range(warmup + config["timing_reps"])]
     digests: list[np.ndarray] = []
     started = _perf_counter()
     with torch.no_grad():
         for rep in range(config["timing_reps"]):
-            record = digest(setup.model(*setup.timed_values(variants[rep])), rep)
+            record = digest(setup.model(*setup.timed_inputs.values(variants[rep])), rep)
             for _ in range(3):  # a draw whose reference output is not finite is replaced
                 if np.isfinite(record).all():
                     break
-                variants[rep] = setup.secret_timed_input(chooser, rep, plain=True)
-                record = digest(setup.model(*setup.timed_values(variants[rep])), rep)
+                variants[rep] = setup.timed_inputs.secret(chooser, rep, plain=True)
+                record = digest(setup.model(*setup.timed_inputs.values(variants[rep])), rep)
             digests.append(record)
             if rep + 1 >= config["timing_min_reps"] and _perf_counter() - started > config["timing_budget_s"]:
                 break
@@ -536,14 +510,10 @@ def _time_model(model: Any, setup: _TaskSetup, device: str, config: dict, varian
     timer = Timer(device, warmup_reps=config["warmup_reps"], reps=len(variants) - config["warmup_reps"],
                   min_reps=config["timing_min_reps"], budget_s=config["timing_budget_s"],
                   l2_flush=config["l2_flush"], warmup_s=config.get("timing_warmup_s", 0.0))
-    loader = TimedLoader([_clone(v) for v in setup.timing_sets[0]], variants, setup.timed_values)
+    loader = TimedLoader([_clone(v) for v in setup.timing_sets[0]], variants, setup.timed_inputs.values)
 
-    def check(output: Any, which: int) -> np.ndarray:
-        record = digest(output, which)  # first: nothing else reads the outputs before their digest
-        loader.verify()
-        return record
-
-    return timer.run(model, loader.live, loader.load, len(variants), check, audit=audit, cover_sets=False)
+    return timer.run(model, loader.live, loader.load, len(variants), loader.digest_then_verify(digest), audit=audit,
+                     cover_sets=False)
 
 
 def _sample_seed(job: dict, draw_index: int) -> int:
@@ -654,31 +624,10 @@ def _setup_or_error(channel: _Channel, job: dict, device: str) -> _TaskSetup | N
             report = (memory.out_of_memory_message(device, None, "the reference") if short
                       else f"the reference failed: {type(exc).__name__}: {exc}", traceback.format_exc(limit=8))
         # Here, out of the except clause, the failed attempt's tensors are no longer referenced.
-        if not (attempt == 0 and short and device == "cuda" and _wait_for_freed_device_memory()):
+        if not (attempt == 0 and short and device == "cuda" and memory.wait_for_freed_device_memory()):
             break
     _error(channel, "TASK_ERROR", report[0], traceback=report[1])
     return None
-
-
-FREED_MEMORY_WAIT_S = 20.0  # how long a setup short of memory waits for other processes to free theirs
-
-
-def _wait_for_freed_device_memory() -> bool:
-    """Frees this process's cached blocks, then waits (up to FREED_MEMORY_WAIT_S) until the
-    device's free memory has not risen for a second. True if it rose meanwhile: worth a retry."""
-    import gc
-
-    gc.collect()
-    torch.cuda.empty_cache()
-    first = last = torch.cuda.mem_get_info()[0]
-    stable_since = started = _perf_counter()
-    while _perf_counter() - started < FREED_MEMORY_WAIT_S and _perf_counter() - stable_since < 1.0:
-        time.sleep(0.1)
-        free = torch.cuda.mem_get_info()[0]
-        if free > last + (64 << 20):
-            stable_since = _perf_counter()
-        last = max(last, free)
-    return last > first + (256 << 20)
 
 
 class _PhaseClock:
@@ -992,10 +941,10 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         code, message = _failure(exc, tamper, device, plan, "a timed call")
         _error(channel, code, message, traceback=traceback.format_exc(limit=8))
         return
-    if setup.rotated_why:  # the weaker scheme: rotations of resident sets (timed_inputs)
+    if setup.timed_inputs.rotated_why:  # the weaker scheme: rotations of resident sets (timed_inputs)
         timing_flags = [*timing_flags, TIMED_INPUTS_ROTATED_FLAG]
     timing_meta = {"stats": _stats_meta(stats), "flags": timing_flags, "digest_inputs": [which for which, _ in digests],
-                   "timed_inputs": setup.rotated_why or "fresh draws",
+                   "timed_inputs": setup.timed_inputs.rotated_why or "fresh draws",
                    "audit": audit.meta(), "tampered": tamper.changes()}
     channel.send("timing", timing_meta, [record for _, record in digests])
     clock.mark("timing")
@@ -1112,7 +1061,7 @@ class _PairedReference:
             self.error = "rotated inputs break this task, so paired inputs would repeat"
             return
         chooser = random.SystemRandom()
-        self.inputs = [setup.secret_timed_input(chooser, index) for index in range(MAX_EXTRA_WARMUPS + PAIRS[1])]
+        self.inputs = [setup.timed_inputs.secret(chooser, index) for index in range(MAX_EXTRA_WARMUPS + PAIRS[1])]
         self.plan = [(chooser.random() < 0.5, chooser.random() < 0.25) for _ in range(PAIRS[1])]
         self.digest = output_digest.DigestMaker(secrets.randbits(62))
         try:
@@ -1170,7 +1119,7 @@ class _PairedReference:
                 raise _PairingTampered("global switches: " + ", ".join(switched))
 
         after_call()
-        loader = TimedLoader([_clone(v) for v in setup.timing_sets[0]], self.inputs, setup.timed_values)
+        loader = TimedLoader([_clone(v) for v in setup.timing_sets[0]], self.inputs, setup.timed_inputs.values)
         layout = [_layout(v) for v in loader.live]
 
         def load_input(index: int) -> None:
@@ -1178,13 +1127,8 @@ class _PairedReference:
                 raise _PairingTampered("the layout of the input tensors (address, shape, strides)")
             loader.load(index)
 
-        def check(output: Any, index: int) -> np.ndarray:
-            record = self.digest(output, index)  # first: nothing else reads the outputs before their digest
-            loader.verify()
-            return record
-
         try:
-            result = time_pairs(self.device, model, self.model, loader.live, load_input, check,
+            result = time_pairs(self.device, model, self.model, loader.live, load_input, loader.digest_then_verify(self.digest),
                                 self.plan, after_call=after_call,
                                 audit=audit if config["policy"] == "strict" else None,
                                 warmup_reps=config["warmup_reps"], warmup_s=config.get("timing_warmup_s", 0.0))
