@@ -105,3 +105,39 @@ def test_the_judges_own_context_is_not_a_switch():
     with torch.inference_mode():
         torch.ones(3) * 2
     assert switches.changed() == []
+
+
+def test_tritons_llvm_handlers_are_not_a_change_and_a_candidates_handler_is(tmp_path, monkeypatch):
+    # Triton's first compile installs LLVM's signal handlers from libtriton.so: an honest Triton
+    # candidate's first launch does that after the check is armed. Compiling for a CUDA target needs
+    # no GPU (LLVM and ptxas run on the host), so this is the GPU's case on the CPU.
+    triton = pytest.importorskip("triton")
+    import ctypes
+    import signal
+
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+
+    @triton.jit
+    def double(x, y, n: tl.constexpr):
+        i = tl.arange(0, n)
+        tl.store(y + i, tl.load(x + i) * 2)
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # a cached kernel would not run LLVM
+
+    def check():
+        read = guard._native_signal_reader([signal.SIGHUP, signal.SIGTERM, signal.SIGSEGV, signal.SIGUSR2])
+        before = read()
+        changes = guard._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
+        source = triton.compiler.ASTSource(fn=double, signature={"x": "*fp32", "y": "*fp32", "n": "constexpr"},
+                                           constexprs={"n": 16})
+        triton.compile(source, target=GPUTarget("cuda", 90, 32))
+        assert read() != before, "the compile installed no handler: this test no longer shows the case"
+        assert not any("signal" in change for change in changes()), changes()
+        # A handler of the candidate's own (here libc's abort, a function outside libtriton) is a change.
+        libc = ctypes.CDLL(None)
+        libc.signal.argtypes, libc.signal.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
+        libc.signal(signal.SIGUSR2, ctypes.cast(libc.abort, ctypes.c_void_p))
+        assert any("native signal disposition" in change for change in changes()), changes()
+
+    assert _in_child(check), "see the child's traceback above"

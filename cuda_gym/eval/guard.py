@@ -1044,6 +1044,44 @@ def _native_signal_reader(signals: list[int]) -> Callable[[], dict[int, tuple[in
     return read
 
 
+def _trusted_handler_test() -> Callable[[int], bool]:
+    """A test of a native signal handler's address: True when it is SIG_DFL or lies in Triton's own
+    library. Triton's first compile in a process (an honest Triton candidate's first launch) runs
+    LLVM, which installs its crash and interrupt handlers (LLVM's RegisterHandlers: SIGHUP, SIGINT,
+    SIGTERM ... to one handler, SIGUSR1 to another, and the fault signals back to SIG_DFL with new
+    flags), all inside libtriton.so. The library is the installed one, found by its real path when
+    the check is armed (a library of the same name the candidate writes elsewhere is not it); a
+    handler anywhere else, SIG_IGN included, stays a change."""
+    import ctypes
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("triton")
+    trusted = set()
+    if spec is not None and spec.origin:
+        library = os.path.join(os.path.dirname(spec.origin), "_C", "libtriton.so")
+        if os.path.exists(library):
+            trusted.add(os.path.realpath(library))
+
+    class DlInfo(ctypes.Structure):  # Dl_info of glibc
+        _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                    ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+    dladdr = ctypes.CDLL(None).dladdr
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
+    dladdr.restype = ctypes.c_int
+    realpath, decode, pointer = os.path.realpath, bytes.decode, ctypes.pointer
+
+    def trusted_handler(address: int) -> bool:
+        if address == 0:  # SIG_DFL: the kernel's default action, nothing of the candidate's runs
+            return True
+        info = DlInfo()
+        if not trusted or dladdr(address, pointer(info)) == 0 or not info.fname:
+            return False
+        return realpath(decode(info.fname, errors="replace")) in trusted
+    return trusted_handler
+
+
 def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callable[[], list[str]]:
     """A closure that compares the process with the state captured now. Everything it calls is
     captured here, so rebinding module attributes, builtins or class methods later cannot change
@@ -1092,6 +1130,7 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callab
     handlers = {s: get_signal(s) for s in signals}
     read_dispositions = _native_signal_reader(signals)
     dispositions = read_dispositions()
+    trusted_handler = _trusted_handler_test()
     len_dispatch, len_function = torch._C._len_torch_dispatch_stack, torch._C._len_torch_function_stack
     include_set, exclude_set = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
     getters = {
@@ -1179,7 +1218,7 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callab
                 changed.append(f"signal handler {sig}")
         for sig, now_disposition in items(read_dispositions()):
             before_disposition = dispositions.get(sig, now_disposition)
-            if now_disposition != before_disposition:
+            if now_disposition != before_disposition and not trusted_handler(now_disposition[0]):
                 changed.append(f"native signal disposition {sig} (sigaction: handler, flags "
                                f"{before_disposition[0]:#x}, {before_disposition[1]:#x} -> "
                                f"{now_disposition[0]:#x}, {now_disposition[1]:#x})")
