@@ -93,10 +93,11 @@ def first_call_seconds(task_id: str, path: Path, backend: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def latency(backend: str, tasks: list, repeats: int) -> list[dict]:
+def latency(backend: str, tasks: list, repeats: int, rows: list, save) -> None:
+    """Appends a row per task to `rows` and saves the record after each (a call cut by its time limit
+    keeps the tasks measured so far)."""
     from cuda_gym.tasks import solution_path
 
-    rows = []
     for task in tasks:
         row = {"task_id": task.id}
         for language in ("triton", "cuda"):
@@ -111,7 +112,7 @@ def latency(backend: str, tasks: list, repeats: int) -> list[dict]:
                              "median_first_call_s": statistics.median(s["first_call_s"] for s in good) if good else None}
         print(json.dumps({k: (v if k == "task_id" else v.get("median_total_s")) for k, v in row.items()}), flush=True)
         rows.append(row)
-    return rows
+        save()
 
 
 def main() -> int:
@@ -132,19 +133,26 @@ def main() -> int:
     if args.tasks:
         tasks = [t for t in tasks if t.id in set(args.tasks.split(","))]
     device = torch.cuda.get_device_name() if args.backend == "cuda" else f"cpu-{os.cpu_count()}core"
-    with tempfile.TemporaryDirectory(prefix="cuda_gym_triton_gpu_") as cache_dir:
-        solutions = [] if args.skip_judging else judge_solutions(args.backend, tasks, cache_dir)
+    out = Path(args.out) if args.out else (ROOT / "benchmarks" / "results" / "triton_gpu"
+                                           / device.replace(" ", "_") / f"{dt.date.today().isoformat()}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "benchmark": "triton_gpu", "date": dt.date.today().isoformat(), "backend": args.backend, "device": device,
         "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
         "note": "CPU: Triton's interpreter, timings mean nothing" if args.backend == "cpu" else "",
-        "solutions": solutions, "all_ok": all(r["verdict"] == "OK" for r in solutions) if solutions else None,
-        "latency": latency(args.backend, tasks, args.repeats),
+        "solutions": [], "all_ok": None, "latency": [],
     }
-    out = Path(args.out) if args.out else (ROOT / "benchmarks" / "results" / "triton_gpu"
-                                           / device.replace(" ", "_") / f"{record['date']}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n")
+
+    def save() -> None:  # after each phase and each latency row: what a time limit cuts short is kept
+        out.write_text(json.dumps(record, indent=1) + "\n")
+
+    if not args.skip_judging:
+        with tempfile.TemporaryDirectory(prefix="cuda_gym_triton_gpu_") as cache_dir:
+            record["solutions"] = judge_solutions(args.backend, tasks, cache_dir)
+        record["all_ok"] = all(r["verdict"] == "OK" for r in record["solutions"])
+        save()
+    latency(args.backend, tasks, args.repeats, record["latency"], save)
+    save()
     print(f"wrote {out}")
     return 0 if args.skip_judging or record["all_ok"] else 1
 
