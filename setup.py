@@ -19,6 +19,9 @@ EXTRAS = {
     # cuda_gym/serve: `cuda-gym serve` (docs/serving.md); its client, RemoteEvaluator, needs nothing extra.
     "serve": ["fastapi>=0.110", "uvicorn>=0.29"],
     "openenv": ["openenv-core>=0.3", "fastapi>=0.110", "uvicorn>=0.29"],  # cuda_gym/serve/openenv_env.py
+    # agents/adapters/verifiers_env.py and the Hub package cuda_gym_kernel (docs/adapters.md). Not in "test":
+    # verifiers 0.4 pins openai<3 and pulls gradio, mcp and the prime-* clients.
+    "verifiers": ["verifiers>=0.4,<0.5"],
 }
 EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
 
@@ -31,10 +34,12 @@ setup(
     python_requires=">=3.10",
     # csrc/ (native sources: the template library) is installed as the package data cuda_gym/csrc, and
     # the folder agents/ as the package cuda_gym_agents: a top-level `agents` would collide with
-    # openai-agents' package of that name.
+    # openai-agents' package of that name. hub/cuda_gym_kernel is the verifiers Environments-Hub package
+    # (a taskset id must be a top-level module name).
     packages=(find_packages(include=["cuda_gym", "cuda_gym.*"]) + ["cuda_gym.csrc"]
-              + ["cuda_gym_agents"] + [f"cuda_gym_agents.{name}" for name in find_packages("agents")]),
-    package_dir={"cuda_gym.csrc": "csrc", "cuda_gym_agents": "agents"},
+              + ["cuda_gym_agents"] + [f"cuda_gym_agents.{name}" for name in find_packages("agents")]
+              + ["cuda_gym_kernel"]),
+    package_dir={"cuda_gym.csrc": "csrc", "cuda_gym_agents": "agents", "cuda_gym_kernel": "hub/cuda_gym_kernel"},
     package_data={"cuda_gym.tasks": ["builtin/level*/*.py", "builtin/solutions/*/*/*.py"],
                   "cuda_gym.csrc": ["*.md", "templates/*.h", "templates/*.cuh", "templates/*.hpp"]},
     include_package_data=True,

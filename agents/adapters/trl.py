@@ -185,6 +185,113 @@ class KernelEnvironmentFactory:
                 self._evaluator = None
 
 
+class OpenEnvKernelEnvironment:
+    """One TRL rollout's environment, played through a `cuda-gym serve --openenv` server (OpenEnv's
+    WebSocket protocol, `cuda_gym.serve.openenv_env.KernelEnvClient`; extra `openenv`).
+
+    The same tool interface as `KernelEnvironment` (`reset`, `submit_kernel`, `get_reward`): each
+    `submit_kernel` call is one `#! eval` step of the server's `KernelEnv` episode, and the rollout's
+    reward is the best step reward the server returned. The server owns the task set, the judge, the
+    reward function and the turn budget (`--max-turns`, its `KernelEnv`'s `max_turns`); a rollout
+    without a submission gets `no_submission_reward` (the milestone reward's failure, -1, by
+    default), since the server's reward function is not known here. One WebSocket session per
+    instance, opened on the first reset; the factory's `close()` ends it (no public `close` here:
+    TRL would make it a tool).
+    """
+
+    def __init__(self, base_url: str, no_submission_reward: float = -1.0, message_timeout_s: float = 3600.0):
+        self._base_url = base_url
+        self._no_submission_reward = float(no_submission_reward)
+        self._message_timeout_s = float(message_timeout_s)
+        self._client: Any = None
+        self._steps: list[tuple[str, float]] = []
+        self._task_id: str | None = None
+        self._done = False
+
+    @property
+    def task_id(self) -> str | None:
+        """The current rollout's task id, as the server reported it (None before the first reset)."""
+        return self._task_id
+
+    @property
+    def steps(self) -> list[tuple[str, float]]:
+        """(verdict, reward) of each submission of the current rollout, as the server returned them."""
+        return list(self._steps)
+
+    def reset(self, **row: Any) -> str:
+        """Start a rollout on `row["task_id"]` on the server and return its task prompt."""
+        task_id = row.get("task_id")
+        if not task_id:
+            raise ValueError("the dataset row has no 'task_id'; build the rows with "
+                             "cuda_gym_agents.adapters.trl.environment_rows(tasks)")
+        if self._client is None:
+            from cuda_gym.serve.openenv_env import KernelEnvClient
+
+            self._client = KernelEnvClient(base_url=self._base_url,
+                                           message_timeout_s=self._message_timeout_s).sync().connect()
+        result = self._client.reset(task_id=str(task_id))
+        self._task_id = result.observation.task_id
+        self._steps = []
+        self._done = False
+        return result.observation.text
+
+    def submit_kernel(self, source: str) -> str:
+        """Build, check and time a candidate implementation of the task.
+
+        Args:
+            source: The complete Python source of the candidate file: its imports, its kernels (for
+                example loaded with cuda_gym.native.load_kernels) and class ModelNew.
+
+        Returns:
+            The verdict: whether it built, whether its outputs matched the reference on every input
+            draw, its time and speedups against PyTorch eager and torch.compile, and the errors to fix.
+        """
+        if self._task_id is None:
+            return "No task is loaded yet: the environment was not reset."
+        if self._done:
+            return "No submissions left: the episode is over. Your best result counts; stop calling submit_kernel."
+        from cuda_gym.serve.openenv_env import KernelAction
+
+        if not isinstance(source, str):
+            source = "" if source is None else str(source)
+        result = self._client.step(KernelAction(message="#! eval\n" + source))
+        self._steps.append((result.observation.verdict, float(result.reward)))
+        self._done = bool(result.done)
+        return result.observation.text
+
+    def get_reward(self) -> float:
+        """The rollout's reward: the best reward the server gave a submission, else `no_submission_reward`."""
+        if self._steps:
+            return max(reward for _, reward in self._steps)
+        return self._no_submission_reward
+
+    def _close(self) -> None:
+        """End this instance's session with the server."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class OpenEnvKernelEnvironmentFactory:
+    """TRL's `environment_factory` for a `cuda-gym serve --openenv` server at `base_url`: each call
+    returns a new `OpenEnvKernelEnvironment` (its own WebSocket session); `close()` ends them all."""
+
+    def __init__(self, base_url: str, no_submission_reward: float = -1.0, message_timeout_s: float = 3600.0):
+        self.base_url = base_url
+        self.no_submission_reward = no_submission_reward
+        self.message_timeout_s = message_timeout_s
+        self.environments: list[OpenEnvKernelEnvironment] = []
+
+    def __call__(self) -> OpenEnvKernelEnvironment:
+        environment = OpenEnvKernelEnvironment(self.base_url, self.no_submission_reward, self.message_timeout_s)
+        self.environments.append(environment)
+        return environment
+
+    def close(self) -> None:
+        for environment in self.environments:
+            environment._close()
+
+
 def environment_rows(tasks: Iterable[Task], max_submissions: int = KernelToolConfig.max_submissions
                      ) -> list[dict[str, Any]]:
     """Dataset rows for `environment_factory` training (`datasets.Dataset.from_list(rows)`): a

@@ -397,6 +397,13 @@ class KernelEnv(gym.Env):
     def _best_info(self) -> dict[str, Any]:
         return copy.deepcopy(self._best) if self._best is not None else {"found": False}
 
+    def episode_reward(self) -> float:
+        """The reward `reward_mode="final"` gives this episode, also before it is over (a policy that
+        stopped early): see `_final_reward`."""
+        if self.task is None:
+            raise RuntimeError("call reset() before episode_reward()")
+        return self._final_reward()
+
     def _final_reward(self) -> float:
         """Best reward over the episode's fully evaluated candidates (eval / submit); if there were
         none, over its checked candidates; if none either, the reward of an unjudged episode.
