@@ -23,7 +23,8 @@ EXTRAS = {
     # verifiers 0.4 pins openai<3 and pulls gradio, mcp and the prime-* clients.
     "verifiers": ["verifiers>=0.4,<0.5"],
 }
-EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
+# "all" leaves verifiers out: its openai<3 pin would downgrade a researcher's openai.
+EXTRAS["all"] = sorted({dep for name, deps in EXTRAS.items() if name != "verifiers" for dep in deps})
 
 setup(
     name="cuda_gym",
@@ -34,12 +35,13 @@ setup(
     python_requires=">=3.10",
     # csrc/ (native sources: the template library) is installed as the package data cuda_gym/csrc, and
     # the folder agents/ as the package cuda_gym_agents: a top-level `agents` would collide with
-    # openai-agents' package of that name. hub/cuda_gym_kernel is the verifiers Environments-Hub package
+    # openai-agents' package of that name. agents/verifiers_hub/cuda_gym_kernel (a folder that is not a
+    # package, so find_packages leaves it out) is the verifiers Environments-Hub package cuda_gym_kernel
     # (a taskset id must be a top-level module name).
     packages=(find_packages(include=["cuda_gym", "cuda_gym.*"]) + ["cuda_gym.csrc"]
               + ["cuda_gym_agents"] + [f"cuda_gym_agents.{name}" for name in find_packages("agents")]
               + ["cuda_gym_kernel"]),
-    package_dir={"cuda_gym.csrc": "csrc", "cuda_gym_agents": "agents", "cuda_gym_kernel": "hub/cuda_gym_kernel"},
+    package_dir={"cuda_gym.csrc": "csrc", "cuda_gym_agents": "agents", "cuda_gym_kernel": "agents/verifiers_hub/cuda_gym_kernel"},
     package_data={"cuda_gym.tasks": ["builtin/level*/*.py", "builtin/solutions/*/*/*.py"],
                   "cuda_gym.csrc": ["*.md", "templates/*.h", "templates/*.cuh", "templates/*.hpp"]},
     include_package_data=True,
