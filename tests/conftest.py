@@ -50,11 +50,11 @@ def cuda_evaluator(cache_dir):
 
 @pytest.fixture
 def wide_pairing_band(monkeypatch):
-    """The 2x band between the paired medians and the unpaired timings (evaluator.PAIRED_AGREEMENT),
+    """The 2x band between the paired medians and the unpaired timings (judgement.PAIRED_AGREEMENT),
     made 100x: on the 2-core CPU a whole worker process is at times 4x slow
     (benchmarks/results/cpu_pairing/cpu-2core/2026-12-05.json), which the band (tested on its own in
     test_evaluator.py) rightly answers by skipping the pairing; tests that use this are about what a
     pairing that stands does."""
-    from cuda_gym.eval import evaluator
+    from cuda_gym.eval import judgement
 
-    monkeypatch.setattr(evaluator, "PAIRED_AGREEMENT", 100.0)
+    monkeypatch.setattr(judgement, "PAIRED_AGREEMENT", 100.0)

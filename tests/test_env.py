@@ -13,8 +13,10 @@ import cuda_gym
 from cuda_gym.envs import ENV_SPECS, CompactResultInfo, KernelEnv, result_from_info
 from cuda_gym.envs.prompt import trim_compile_log
 from cuda_gym.eval import EvalConfig
-from cuda_gym.eval.result import ErrorCode, EvalResult, TimingStats, TrialResult, result_keys
+from cuda_gym.eval.result import ErrorCode, EvalResult, TrialResult, result_keys
 from cuda_gym.tasks import get_task, solution_path
+
+from .fakes import CannedEvaluator, ok_result
 
 TASK_ID = "builtin/L1/gelu"
 CHEAP = EvalConfig(baselines=(), timing_reps=2, timing_min_reps=1, warmup_reps=0, timing_budget_s=0.2)
@@ -46,42 +48,6 @@ BROKEN = WRONG.replace("y[i] = x[i] > 0.f ? x[i] : 0.f;", "y[i] = x[i] > 0.f ? x
 
 def reference_solution() -> str:
     return solution_path(get_task(TASK_ID), "cpu").read_text()
-
-
-class FakeEvaluator:
-    """Duck-typed Evaluator returning canned results; records what it was asked."""
-
-    def __init__(self, results=(), backend="cpu", device_name="cpu"):
-        self.backend = backend
-        self.device_name = device_name
-        self.config = EvalConfig(baselines=("eager",))
-        self.results = list(results)
-        self.calls = []
-        self.closed = False
-
-    def evaluate(self, task, candidate, *, backend=None, config=None):
-        self.calls.append({"task": task.id, "source": candidate.source, "backend": backend, "config": config})
-        make = self.results.pop(0) if self.results else ok_result
-        return make(task.id)
-
-    def close(self):
-        self.closed = True
-
-
-def timing(ms):
-    return TimingStats(median_ms=ms, min_ms=ms, max_ms=ms, iqr_ms=0.0, reps=5, method="wall")
-
-
-def ok_result(task_id, ms=1.0, eager_ms=2.0, compiled_ms=None):
-    result = EvalResult(task_id=task_id, backend="cpu", error_code=ErrorCode.OK, message="correct", compiled=True,
-                        correct=True, candidate_time=timing(ms), trials=[TrialResult("task", True, 1e-7, 1e-7, 1e-8)])
-    if eager_ms:
-        result.eager_time = timing(eager_ms)
-        result.speedup_vs_eager = eager_ms / ms
-    if compiled_ms:
-        result.compile_time = timing(compiled_ms)
-        result.speedup_vs_compile = compiled_ms / ms
-    return result
 
 
 def failed_result(task_id, code=ErrorCode.INCORRECT, compiled=True):
@@ -158,7 +124,7 @@ def test_cpu_prompt_has_task_target_rules_format_and_protocol():
 
 
 def test_cuda_prompt_uses_the_evaluators_backend_and_device():
-    fake = FakeEvaluator(backend="cuda", device_name="NVIDIA H200")
+    fake = CannedEvaluator(backend="cuda", device_name="NVIDIA H200")
     env = KernelEnv(evaluator=fake, precision="tf32", policy="permissive")
     obs, info = env.reset(options={"task_id": TASK_ID})
     assert info["backend"] == "cuda"
@@ -194,7 +160,7 @@ def test_malformed_actions_are_invalid_not_exceptions(action, needle):
 
 
 def test_commands_choose_the_evaluation_config():
-    fake = FakeEvaluator(results=[lambda t: ok_result(t)] * 5)
+    fake = CannedEvaluator(results=[lambda t: ok_result(t)] * 5)
     env = KernelEnv(evaluator=fake, max_turns=6)
     env.reset(options={"task_id": TASK_ID})
     source = "class ModelNew:\n    pass\n"
@@ -221,7 +187,7 @@ def test_per_step_rewards_best_and_truncation():
     results = [lambda t: failed_result(t), lambda t: ok_result(t, ms=4.0, eager_ms=2.0),
                lambda t: ok_result(t, ms=1.0, eager_ms=2.0, compiled_ms=1.5),
                lambda t: ok_result(t, ms=3.0, eager_ms=4.0)]
-    env = KernelEnv(evaluator=FakeEvaluator(results), max_turns=4)
+    env = KernelEnv(evaluator=CannedEvaluator(results), max_turns=4)
     env.reset(options={"task_id": TASK_ID})
     source = "class ModelNew:\n    pass\n"
     steps = [env.step(source + "\n" * i) for i in range(4)]
@@ -240,7 +206,7 @@ def test_per_step_rewards_best_and_truncation():
 
 def test_a_repeated_source_gets_the_episodes_first_verdict():
     # Re-submitting a candidate must not draw a luckier timing (or a second chance at a flaky one).
-    fake = FakeEvaluator([lambda t: ok_result(t, ms=1.0, eager_ms=1.02), lambda t: ok_result(t, ms=0.5, eager_ms=1.02),
+    fake = CannedEvaluator([lambda t: ok_result(t, ms=1.0, eager_ms=1.02), lambda t: ok_result(t, ms=0.5, eager_ms=1.02),
                           lambda t: ok_result(t, ms=0.5, eager_ms=1.02)])
     env = KernelEnv(evaluator=fake, max_turns=5)
     env.reset(options={"task_id": TASK_ID})
@@ -258,7 +224,7 @@ def test_a_repeated_source_gets_the_episodes_first_verdict():
 def test_final_reward_mode():
     source = "class ModelNew:\n    pass\n"
     # The best of the evaluated candidates, paid once at the end.
-    env = KernelEnv(evaluator=FakeEvaluator([lambda t: ok_result(t, ms=1.0, eager_ms=2.0), failed_result]),
+    env = KernelEnv(evaluator=CannedEvaluator([lambda t: ok_result(t, ms=1.0, eager_ms=2.0), failed_result]),
                     reward_mode="final", max_turns=3)
     env.reset(options={"task_id": TASK_ID})
     assert env.step(source)[1] == 0.0
@@ -267,7 +233,7 @@ def test_final_reward_mode():
     obs, reward, terminated, truncated, _ = env.step("#! submit\n" + source)
     assert (reward, terminated, truncated) == (2.0, True, False) and "Reward: 2" in obs
     # Only check results: they count (correct, speed unknown). Nothing judged: a failure.
-    env = KernelEnv(evaluator=FakeEvaluator([lambda t: ok_result(t, eager_ms=None)]), reward_mode="final",
+    env = KernelEnv(evaluator=CannedEvaluator([lambda t: ok_result(t, eager_ms=None)]), reward_mode="final",
                     max_turns=2)
     env.reset(options={"task_id": TASK_ID})
     env.step("#! check\n" + source)
@@ -278,7 +244,7 @@ def test_final_reward_mode():
 
 
 def test_compile_reports_only_the_build():
-    env = KernelEnv(evaluator=FakeEvaluator([failed_result]), max_turns=3)
+    env = KernelEnv(evaluator=CannedEvaluator([failed_result]), max_turns=3)
     env.reset(options={"task_id": TASK_ID})
     obs, reward, *_, info = env.step("#! compile\nclass ModelNew:\n    pass\n")
     assert "verdict: COMPILED" in obs and "trial" not in obs and reward == 0.0
@@ -345,7 +311,7 @@ def test_final_mode_with_a_real_check(cpu_evaluator):
 
 @pytest.mark.parametrize("invalid_first", [False, True])
 def test_sync_vector_env_stacks_mixed_infos_of_compacted_results(invalid_first):
-    fake = FakeEvaluator([lambda t: ok_result(t)])
+    fake = CannedEvaluator([lambda t: ok_result(t)])
     envs = SyncVectorEnv([lambda: CompactResultInfo(KernelEnv(evaluator=fake, max_turns=2)) for _ in range(2)])
     envs.reset(seed=1, options={"task_id": TASK_ID})
     actions = ["class ModelNew:\n    pass\n", 7]
@@ -359,7 +325,7 @@ def test_sync_vector_env_stacks_mixed_infos_of_compacted_results(invalid_first):
 
 
 def test_info_result_has_every_key_for_every_verdict():
-    env = KernelEnv(evaluator=FakeEvaluator([lambda t: ok_result(t)]), max_turns=3)
+    env = KernelEnv(evaluator=CannedEvaluator([lambda t: ok_result(t)]), max_turns=3)
     env.reset(options={"task_id": TASK_ID})
     ok_info = env.step("class ModelNew:\n    pass\n")[4]
     invalid_info = env.step("not python (")[4]

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from cuda_gym.eval import ErrorCode, EvalConfig, EvalResult, Evaluator, TimingStats, milestone_reward
-from cuda_gym.eval import evaluator as evaluator_module
+from cuda_gym.eval import baseline_runs, evaluator as evaluator_module
 from cuda_gym.eval.config import device_time
 from cuda_gym.eval.baselines import BASELINE_RETRIES, BASELINE_RETRY_S, BaselineCache, entry_serves, merge_entries
-from cuda_gym.eval.evaluator import _Judgement, _workers_agree
+from cuda_gym.eval.baseline_runs import _workers_agree
+from cuda_gym.eval.judgement import Judgement
 from cuda_gym.eval.pool import run_job
 from cuda_gym.eval.reward import claims_milestone
 from cuda_gym.tasks import get_task, load_suite, solution_path, task_from_source
@@ -220,7 +221,7 @@ def test_the_third_baseline_worker_runs_only_when_the_first_two_disagree(tmp_pat
     # End to end, with the agreement decided here (CPU workers' medians can differ two-fold): two
     # workers when they agree, and the lower kept (never in a candidate's favour).
     seen = []
-    monkeypatch.setattr(evaluator_module, "_workers_agree",
+    monkeypatch.setattr(baseline_runs, "_workers_agree",
                         lambda samples, ratios, cfg: seen.append(len(samples["eager"])) or True)
     with Evaluator("cpu", TEST_CONFIG.replace(baseline_workers=3), cache_dir=tmp_path) as ev:
         times = ev.baselines(get_task(GELU_TASK))
@@ -297,7 +298,7 @@ def test_a_reference_that_hangs_costs_one_baseline_timeout_not_one_per_worker(tm
         jobs.append(worker.spec.role)
         return run_job(worker, job, *args, **kwargs)
 
-    monkeypatch.setattr(evaluator_module, "run_job", counting_run_job)
+    monkeypatch.setattr(baseline_runs, "run_job", counting_run_job)
     task = task_from_source(HANGING_TASK, task_id="test/L1/hangs", level=1, name="hangs")
     config = TEST_CONFIG.replace(baseline_workers=3, baseline_timeout_s=5.0)
     with Evaluator("cpu", config, cache_dir=tmp_path) as evaluator:
@@ -378,7 +379,7 @@ def test_a_pairing_outside_the_two_fold_band_sets_no_speedup():
 
     result = EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.OK, candidate_time=stats(1.0),
                         eager_time=stats(1.0))
-    judge = _Judgement(EvalConfig(host_pairing=("cpu",)), result)
+    judge = Judgement(EvalConfig(host_pairing=("cpu",)), result)
     # 40 pairs, each the candidate at 1 ms and the reference at 3 ms, both outputs alike.
     import torch
 
@@ -418,7 +419,7 @@ def test_the_compile_speedup_of_a_paired_timing_is_bridged_through_eager(cpu_eva
 def test_of_two_workers_paired_ratios_the_one_less_favourable_to_candidates_is_kept(tmp_path, monkeypatch):
     # The speedup vs compile is the speedup vs eager over eager's ratio to compile: of two workers'
     # ratios the higher is kept (compile the faster), as the lower of two times is.
-    monkeypatch.setattr(evaluator_module, "_workers_agree", lambda samples, ratios, cfg: len(ratios) == 2)
+    monkeypatch.setattr(baseline_runs, "_workers_agree", lambda samples, ratios, cfg: len(ratios) == 2)
     config = TEST_CONFIG.replace(**PAIRED, baselines=("eager", "compile"), baseline_workers=3)
     with Evaluator("cpu", config, cache_dir=tmp_path) as evaluator:
         entry = evaluator.baselines(get_task(GELU_TASK))
@@ -716,6 +717,6 @@ def test_re_pointing_the_inputs_it_was_given_changes_nothing_the_judge_uses(cpu_
 def test_cuda_builds_yield_the_cpu_and_cpu_builds_do_not(cpu_evaluator):
     # A CUDA build must not take a core from a model being timed; a CPU-backend build must not
     # starve behind timed models that use every core (its compile timeout is wall-clock).
-    assert cpu_evaluator._spec("build", "cuda", TEST_CONFIG, {}).yield_cpu
-    assert not cpu_evaluator._spec("build", "cpu", TEST_CONFIG, {}).yield_cpu
-    assert not any(cpu_evaluator._spec(role, "cuda", TEST_CONFIG, {}).yield_cpu for role in ("eval", "baseline"))
+    assert cpu_evaluator._setup.spec("build", "cuda", TEST_CONFIG, {}).yield_cpu
+    assert not cpu_evaluator._setup.spec("build", "cpu", TEST_CONFIG, {}).yield_cpu
+    assert not any(cpu_evaluator._setup.spec(role, "cuda", TEST_CONFIG, {}).yield_cpu for role in ("eval", "baseline"))

@@ -13,6 +13,7 @@ from cuda_gym.leaderboard import (Row, SubmissionError, group_metrics, leaderboa
                                   read_submissions, run_leaderboard, write_leaderboard)
 from cuda_gym.leaderboard.metrics import MISSING
 from cuda_gym.tasks import get_task, solution_path
+from tests.fakes import SeedRecordingEvaluator
 from tests.helpers import CORRECT_BODY, native_candidate
 
 # ------------------------------------------------------------------------------------ metrics
@@ -124,28 +125,6 @@ def test_trajectories_best_of_each_and_best_trajectory_per_task(tmp_path, tasks)
 
 # ----------------------------------------------------------------------------- hidden seed
 
-class _RecordingEvaluator:
-    """Stands in for an Evaluator where only the config handed to submit matters."""
-
-    backend, device_name, torch_version = "cpu", "cpu", "test"
-
-    def __init__(self):
-        from cuda_gym.eval import EvalConfig
-
-        self.config = EvalConfig(baselines=("eager",))
-        self.seeds: list[int] = []
-
-    def submit(self, task, source, config):
-        from concurrent.futures import Future
-
-        from cuda_gym.eval.result import ErrorCode, EvalResult
-
-        self.seeds.append(config.seed)
-        future = Future()
-        future.set_result(EvalResult(task_id=task.id, backend="cpu", error_code=ErrorCode.INCORRECT))
-        return future
-
-
 def test_each_run_draws_its_own_secret_seed_and_hands_it_to_the_evaluator(tmp_path, tasks):
     (tmp_path / "L1").mkdir()
     (tmp_path / "L1" / "gelu.py").write_text("x")
@@ -153,14 +132,14 @@ def test_each_run_draws_its_own_secret_seed_and_hands_it_to_the_evaluator(tmp_pa
     submissions = read_submissions(tmp_path, tasks)
     records, evaluators = [], []
     for _ in range(2):
-        evaluators.append(_RecordingEvaluator())
+        evaluators.append(SeedRecordingEvaluator())
         records.append(run_leaderboard(submissions, tasks, evaluators[-1], progress=False))
     for record, evaluator in zip(records, evaluators):
         assert record["seed"]["mode"] == "secret"
         assert evaluator.seeds == [record["seed"]["value"]] * 2  # every candidate judged under the run's seed
         assert evaluator.seeds[0] != 0  # never the public default
     assert records[0]["seed"]["value"] != records[1]["seed"]["value"]
-    given = _RecordingEvaluator()
+    given = SeedRecordingEvaluator()
     record = run_leaderboard(submissions, tasks, given, seed=1234, progress=False)
     assert record["seed"] == {"value": 1234, "mode": "given"} and given.seeds == [1234, 1234]
 

@@ -263,11 +263,11 @@ def test_the_phase_clock_names_the_phase_of_the_peak(monkeypatch):
     assert worker._PhaseClock("cpu").memory_meta() == {} and memory.peak_meter is None
     # The evaluator keeps them in the result's device_memory, beside the plan.
     from cuda_gym.eval import EvalConfig, EvalResult
-    from cuda_gym.eval.evaluator import _Judgement
+    from cuda_gym.eval.judgement import Judgement
     from cuda_gym.eval.protocol import Message
 
     result = EvalResult(task_id="t", backend="cuda", error_code=ErrorCode.OK, device_memory={"budget_gib": 64.0})
-    assert _Judgement(EvalConfig(), result).on_message(Message("memory", meta))
+    assert Judgement(EvalConfig(), result).on_message(Message("memory", meta))
     assert result.device_memory == {"budget_gib": 64.0, "peak_gib": 40.0, "peak_allocated_gib": 28.0,
                                     "peak_phase": "timing", "phase_peak_gib": meta["phase_peak_gib"]}
 
@@ -282,11 +282,11 @@ def test_a_malformed_memory_report_is_left_out_not_an_error(meta):
     # The memory message comes from a process where candidate code ran: values it could have bent
     # (a patched allocator query) are dropped, and the verdict is still the checks' to make.
     from cuda_gym.eval import EvalConfig, EvalResult
-    from cuda_gym.eval.evaluator import _Judgement
+    from cuda_gym.eval.judgement import Judgement
     from cuda_gym.eval.protocol import Message
 
     result = EvalResult(task_id="t", backend="cuda", error_code=ErrorCode.OK, device_memory={"budget_gib": 64.0})
-    judge = _Judgement(EvalConfig(), result)
+    judge = Judgement(EvalConfig(), result)
     assert judge.on_message(Message("memory", meta)) and not judge.decided
     kept = result.device_memory
     assert kept["budget_gib"] == 64.0

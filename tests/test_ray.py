@@ -12,7 +12,7 @@ import ray
 from gymnasium.vector import SyncVectorEnv
 
 from cuda_gym.envs import KernelEnv
-from cuda_gym.eval import ErrorCode
+from cuda_gym.eval import ErrorCode, EvaluatorInterface
 from cuda_gym.eval.distributed import RayEvaluator
 from cuda_gym.tasks import get_task, solution_path
 
@@ -58,6 +58,12 @@ def ray_evaluator(tmp_path_factory):
                 del os.environ[name]
             os.environ.update(environ)
             signal.signal(signal.SIGTERM, sigterm)
+
+
+@pytest.mark.slow
+def test_the_ray_evaluator_instance_is_an_evaluator_interface(ray_evaluator):
+    assert isinstance(ray_evaluator, EvaluatorInterface)  # its methods' parameters: tests/test_interface.py
+    assert ray_evaluator.backend == "cpu" and ray_evaluator.device_name == "cpu" and ray_evaluator.torch_version
 
 
 def _jobs() -> list[tuple[str, object, str]]:

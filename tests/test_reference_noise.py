@@ -11,7 +11,7 @@ import pytest
 
 from cuda_gym.eval import ErrorCode, EvalConfig, Evaluator
 from cuda_gym.eval.correctness import tolerance_floor
-from cuda_gym.eval.evaluator import _Judgement, complete_reference_error
+from cuda_gym.eval.judgement import Judgement, complete_reference_error
 from cuda_gym.eval.memory import MemoryPlan, float64_twin_fits
 from cuda_gym.eval.protocol import Message
 from cuda_gym.eval.result import EvalResult
@@ -192,7 +192,7 @@ def _judge(config: EvalConfig, reference_error: dict | None, candidate_outputs: 
     if reference_error is not None:
         meta["reference_error"] = reference_error
     result = EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.INTERNAL_ERROR)
-    judge = _Judgement(config, result)
+    judge = Judgement(config, result)
     judge.on_message(Message("reference", meta, references))
     for index, (reference, offset) in enumerate(zip(references, candidate_outputs)):
         trial = {"index": index, "outputs": [spec], "mutated_inputs": [], "recording_intact": True, "tampered": []}

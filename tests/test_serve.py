@@ -11,71 +11,27 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from cuda_gym.eval import ErrorCode, EvalConfig, EvalResult, TimingStats, TrialResult  # noqa: E402
+from cuda_gym.eval import ErrorCode, EvalConfig  # noqa: E402
 from cuda_gym.eval.remote import (JudgeJobLost, JudgeRequestError, JudgeUnavailable,  # noqa: E402
                                   RemoteEvaluator, task_to_dict)
 from cuda_gym.serve.jobs import ServiceLimits  # noqa: E402
 from cuda_gym.serve.server import Service  # noqa: E402
 from cuda_gym.tasks import get_task, load_suite, solution_path  # noqa: E402
 
+from .fakes import FakeJudge, rich_result  # noqa: E402
 from .helpers import CORRECT_BODY, GELU_TASK, native_candidate  # noqa: E402
 
 TOKEN_A = "token-a-0123456789abcdef"
 TOKEN_B = "token-b-0123456789abcdef"
 GELU = get_task(GELU_TASK)
 BUILTIN = load_suite("builtin")
-
-
-def rich_result(task_id: str, code: ErrorCode) -> EvalResult:
-    """A verdict with every kind of field filled in, infinite errors included."""
-    timing = TimingStats(median_ms=1.25, min_ms=1.0, max_ms=2.0, iqr_ms=0.1, reps=5, method="wall",
-                         detail={"open_median_ms": 1.3})
-    return EvalResult(
-        task_id=task_id, backend="cpu", error_code=code, message=f"fake {code.value}", device="fake-cpu",
-        torch_version="0", candidate_hash="abc", compiled=True, correct=code is ErrorCode.OK,
-        trials=[TrialResult("normal", code is ErrorCode.OK, float("inf") if code is not ErrorCode.OK else 1e-7,
-                            2e-7, 3e-7, "trial message")],
-        candidate_time=timing, eager_time=timing, speedup_vs_eager=1.0 if code is ErrorCode.OK else None,
-        host_pairing={"skipped": "cpu"}, flags=["a_flag"], kernels=["k"], kernel_profile=[{"name": "k", "count": 1}],
-        compile_seconds=0.5, eval_seconds=1.5, stage_seconds={"load": 0.1}, reference_error={"skipped": "why"})
-
-
-class FakeJudge:
-    """The Evaluator interface with made-up verdicts: the candidate's text names the code
-    ('OK', 'INCORRECT', 'RUNTIME_ERROR'); a candidate with 'hold' waits until `gate` is set."""
-
-    backend, device_name, torch_version = "cpu", "fake-cpu", "0"
-
-    def __init__(self, config: EvalConfig | None = None):
-        self.config = config or EvalConfig()
-        self.gate = threading.Event()
-
-    def baselines(self, task, *, backend=None, config=None) -> dict:
-        return {"eager": rich_result(task.id, ErrorCode.OK).eager_time, "compile": None,
-                "errors": {"compile": "skipped"}, "worker_medians_ms": {"eager": [1.25], "compile": None}}
-
-    def evaluate(self, task, candidate, *, backend=None, config=None) -> EvalResult:
-        return self.submit(task, candidate, backend=backend, config=config).result()
-
-    def submit(self, task, candidate, *, backend=None, config=None) -> Future:
-        future: Future = Future()
-        candidate = getattr(candidate, "source", candidate)
-        code = next((c for c in ErrorCode if c.value in candidate), ErrorCode.INVALID_ACTION)
-
-        def judge():
-            if "hold" in candidate:
-                self.gate.wait()
-            future.set_result(rich_result(task.id, code))
-
-        threading.Thread(target=judge, daemon=True).start()
-        return future
 
 
 def raw(service: Service, method: str, path: str, body: bytes | None = None, headers: dict | None = None):

@@ -15,6 +15,8 @@ from cuda_gym_agents.template_agent import (CPU_KNOBS, CUDA_KNOBS, KnobSpace, Te
                                             expr_to_c, plan_task, render_candidate, render_kernels, template_dir)
 from cuda_gym.tasks import get_task, load_suite
 
+from .fakes import NeverDone, RecordingEvaluator
+
 KERNELBENCH = os.environ.get("CUDA_GYM_KERNELBENCH") or "/work/shared/data/kernelbench"
 
 
@@ -255,29 +257,13 @@ def test_rendered_candidates_are_correct_on_cuda(cuda_evaluator, task_id):
                                 result.runtime_log[-1500:])
 
 
-class _RecordingEvaluator:
-    """The session's CPU evaluator, recording the judge each call used."""
-
-    def __init__(self, evaluator):
-        self.evaluator = evaluator
-        self.submitted, self.evaluated = [], []
-
-    def submit(self, task, source, **kwargs):
-        self.submitted.append(kwargs["config"])
-        return self.evaluator.submit(task, source, **kwargs)
-
-    def evaluate(self, task, source, **kwargs):
-        self.evaluated.append(kwargs["config"])
-        return self.evaluator.evaluate(task, source, **kwargs)
-
-
 @pytest.mark.slow
 def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator):
     from cuda_gym.schedule.sweep import run_sweep
     from cuda_gym.leaderboard.metrics import geomean
 
     tasks = [get_task(t) for t in ("builtin/L1/gelu", "builtin/L1/argmax_dim", "builtin/L1/cumsum")]
-    recorder = _RecordingEvaluator(cpu_evaluator)
+    recorder = RecordingEvaluator(cpu_evaluator)
     phases = []
     rows = run_sweep(recorder, tasks, backend="cpu", time_budget_s=600, tune=0, judge_config=cpu_evaluator.config,
                      write=lambda phase, rows: phases.append(phase), log=lambda line: None)
@@ -305,7 +291,7 @@ def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator)
     # resumed from these rows: nothing is judged again; a row whose knobs differ is judged again
     previous = {task_id: dict(row) for task_id, row in rows.items()}
     previous["builtin/L1/argmax_dim"]["a_knobs"] = {**previous["builtin/L1/argmax_dim"]["a_knobs"], "red_rows": -1}
-    again = _RecordingEvaluator(cpu_evaluator)
+    again = RecordingEvaluator(cpu_evaluator)
     resumed = run_sweep(again, tasks, backend="cpu", time_budget_s=600, tune=0, judge_config=cpu_evaluator.config,
                         log=lambda line: None, previous=previous)
     assert len(again.submitted) == 1 and len(again.evaluated) == 1  # argmax_dim only, in phase A and B
@@ -327,18 +313,10 @@ def test_sweep_checks_correctness_first_and_times_only_in_phase_b(cpu_evaluator)
 
 
 def test_sweep_cut_by_the_phase_a_share_keeps_every_row():
-    from concurrent.futures import Future
-
     from cuda_gym.schedule.sweep import run_sweep, summarize
 
-    class NeverDone:  # a judge that never answers: phase A must end at its share of the budget
-        def submit(self, task, source, **kwargs):
-            return Future()
-
-        def evaluate(self, *args, **kwargs):
-            raise AssertionError("phase B must not run: nothing was judged correct")
-
     tasks = [get_task("builtin/L1/gelu"), get_task("builtin/L1/cumsum")]
+    # a judge that never answers: phase A must end at its share of the budget
     rows = run_sweep(NeverDone(), tasks, backend="cpu", time_budget_s=1.0, phase_a_share=0.5, tune=0,
                      log=lambda line: None)
     assert set(rows) == {"builtin/L1/gelu", "builtin/L1/cumsum"}

@@ -1,6 +1,7 @@
 """How a candidate is judged: parse, build, run in a worker, check, time, reward."""
 from .candidate import Candidate, InvalidCandidate, parse_candidate
 from .config import EvalConfig
+from .interface import EvaluatorInterface
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
 from .reward import get_reward, log_speedup_reward, milestone_reward
 
@@ -16,6 +17,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Candidate", "ErrorCode", "EvalConfig", "EvalResult", "Evaluator", "InvalidCandidate", "TimingStats",
-    "TrialResult", "get_reward", "log_speedup_reward", "milestone_reward", "parse_candidate",
+    "Candidate", "ErrorCode", "EvalConfig", "EvalResult", "Evaluator", "EvaluatorInterface", "InvalidCandidate",
+    "TimingStats", "TrialResult", "get_reward", "log_speedup_reward", "milestone_reward", "parse_candidate",
 ]

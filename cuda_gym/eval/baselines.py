@@ -34,9 +34,9 @@ def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch
               # which baselines' torch.compile pairing is skipped as device time (worker._pair_baselines)
               PAIRING_ISSUE_RATIO if config.host_pairing else None,
               # paired entries stop on their eager/compile ratios' agreement instead of compile's
-              # medians, and keep the higher of two ratios (2026-12-05; Evaluator._baseline_entry)
+              # medians, and keep the higher of two ratios (baseline_runs.BaselineRuns.entry)
               "ratio agreement" if config.host_pairing else None,
-              # the float64 measurement of the reference after the baseline timings, not before (2026-12-05)
+              # the float64 measurement of the reference is made after the baseline timings
               "reference error after timing")
     digest = hashlib.sha256(json.dumps([source_hash, sizes, timing], sort_keys=True).encode()).hexdigest()[:16]
     return f"{task_id}|{device}|torch {torch_version}|{config.precision}|{digest}"

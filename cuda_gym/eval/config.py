@@ -9,10 +9,9 @@ PRECISIONS = ("fp32", "tf32")
 POLICIES = ("strict", "permissive")
 TIMER_REVISION = 4  # bumped when the timer changes what it measures; part of the baseline cache key
 # Host pairing (EvalConfig.host_pairing) is skipped where both timings are device time: held, and
-# issued in less than this fraction of their device time (a held call counts max(device, issue),
-# so its value is then the device's). The pairing's host clock adds the host time before a call's
-# launch to its device time: on the H200 (cuda-gym run, 2026-12-04) the built-in GELU kernel, held
-# at 0.132 ms against eager's 0.130 ms, came out 0.69x paired; the pairing is for host-moved timings.
+# issued in less than this fraction of their device time (a held call counts max(device, issue), so
+# its value is then the device's). The pairing's host clock would add host time to device time
+# (docs/decisions/007-device-bound-timings.md).
 PAIRING_ISSUE_RATIO = 1.0
 
 
@@ -51,42 +50,28 @@ class EvalConfig:
     timing_min_reps: int = 10
     timing_budget_s: float = 1.0  # stop timing a callable after this long (once min reps are done)
     # After the warm-up reps, more (unaudited) warm-up calls until this long, at most 200: a host-bound
-    # model's first calls after an idle spell run up to 40% slower, so a process timed straight after
-    # its set-up came out slower than one timed later (benchmarks/results/process_spread_*.json).
+    # model's first calls after an idle spell run slower (docs/decisions/004-timing-warm-up-by-time.md).
     timing_warmup_s: float = 0.3
     l2_flush: bool = True
-    # Host-bound timings are paired (CUDA). A host-bound model's time moves 6-75% between fresh
-    # processes and 2-60% between rounds seconds apart in one process on the H200, under every
-    # estimator (median, 10th percentile, minimum, fastest round), while two copies of one model timed
-    # call by call in alternation in one process agree within 2% (median per-call ratio;
-    # benchmarks/results/host_noise_cuda_h200_2026-12-04.json). So unless both the eager baseline and
-    # the candidate are device time (PAIRING_ISSUE_RATIO), the eval worker also times the candidate call by call against a
-    # fresh reference instance made before any candidate code ran (timing.time_pairs: secret random
-    # order per pair, a fresh input per pair, both outputs checksummed), and the speedups use the
-    # median per-pair ratio (EvalResult.compared_candidate_ms). Needs the eager baseline. The backends
-    # where it applies: CUDA by default. On the 2-core CPU (2026-12-05, the 18 built-in tasks with a
-    # solution) the reference as its own candidate came out 0.989-1.016 paired (17) where it came out
-    # 0.24-1.95 unpaired (benchmarks/results/cpu_pairing_builtin_2026-12-05.json), but some reference
-    # solutions took up to 5x longer in paired calls than alone (run_cpu_cold_paired_2026-12-05.json),
-    # a slowdown the pairing would charge to the candidate, so the CPU is not paired by default. The
-    # cause is not separated: in a plain process, alternation cost bias_scale_sigmoid's solution 25%
-    # (OMP_WAIT_POLICY made no difference); in the eval worker, glibc malloc's thresholds fixed by
-    # environment gave 3 of 3 evaluations at its unpaired speed, against 1 of 4 without, but did not
-    # remove the spread between processes (cpu_pairing_builtin_malloc_fixed_2026-12-05_partial.json).
+    # The backends whose host-bound timings are paired: unless both the eager baseline and the
+    # candidate are device time (PAIRING_ISSUE_RATIO), the eval worker also times the candidate call
+    # by call against a fresh reference made before any candidate code ran (timing.time_pairs: secret
+    # random order, a fresh input per pair, both outputs checksummed), and the speedups use the median
+    # per-pair ratio (EvalResult.compared_candidate_ms). Needs the eager baseline. A host-bound time
+    # moves between processes, and two models alternated in one process do not
+    # (docs/decisions/003-host-pairing-on-cuda.md); the CPU is not paired by default, its paired calls
+    # being at times several times slower (docs/decisions/002-cpu-timings-unpaired.md).
     host_pairing: tuple[str, ...] = ("cuda",)
     # A milestone is confirmed: when the candidate comes out more than the reward's 5% faster than a
     # baseline, a second fresh eval worker judges it again (correctness included) and the slower time
-    # stands. On level-3 models a process's timing moves 20-50% against another's, held or open
-    # (H200: paired_timing_cuda_h200_2026-12-02.json, the level-3 sweeps), so one lucky process would
-    # earn the reference itself a milestone (a device-bound claim is not judged again: device_bound_issue_ratio).
+    # stands, so one lucky process earns nothing (docs/decisions/008-confirm-milestones.md). A
+    # device-bound claim is not judged again (device_bound_issue_ratio).
     confirm_faster: bool = True
     # A CUDA timing is device-bound when its calls were held (queued behind the timer's hold kernel)
     # and issuing one took the host less than this fraction of its device time: the host's speed
-    # cannot move it. On the H200 two fresh workers' device-bound medians agreed within 0.4% on all
-    # 35 such timings of the level-3 and level-1/2 sweeps, while host-bound ones moved up to 1.9x
-    # (benchmarks/results/kernelbench_sweep_cuda_h200_2026-12-02_*.json). A baseline whose first worker
-    # timed it device-bound is not timed again, and a device-bound milestone claim is not confirmed
-    # again; host-bound timings keep every worker. 0 turns this off.
+    # cannot move it (docs/decisions/007-device-bound-timings.md). A baseline whose first worker timed
+    # it device-bound is not timed again, and a device-bound milestone claim is not confirmed again;
+    # host-bound timings keep every worker. 0 turns this off.
     device_bound_issue_ratio: float = 0.5
     precision: str = "fp32"
     policy: str = "strict"
@@ -153,13 +138,7 @@ class EvalConfig:
     def reference_noise_multiple(self) -> float:
         """On a task whose fp32 reference is further from its float64 twin than these tolerances
         allow, how many times the reference's own error a candidate may be from the reference
-        (`correctness.tolerance_floor`). The policy's tolerance over a typical reference's own error
-        under it, as a power of two below: fp32, 5e-5 over 1.9e-7 (the median of 50 KernelBench
-        references, benchmarks/results/reference_conditioning_cpu_2026-12-02.json) = 270, so 256;
-        TF32, 2e-3 over about 3e-4 = 7, so 4. Such a reference is off because cancellation amplifies
-        its rounding, and it amplifies a correct candidate's the same way: the policy accepts, on a
-        well-conditioned output, rounding up to ~270 times a typical reference's (a serial fp32 sum
-        over 475k elements lands 210 times the reference's error on conv3d -> mean), and the floor
-        accepts as much where the reference is amplified (the same serial sum on L2/23's group norm
-        -> mean: 80 times; other summation orders: 1.0-1.6 times)."""
+        (`correctness.tolerance_floor`): the policy's tolerance over a typical reference's own error
+        under it, rounded down to a power of two, since cancellation amplifies a correct candidate's
+        rounding as it does the reference's (docs/decisions/009-reference-noise-multiple.md)."""
         return 256.0 if self.precision == "fp32" else 4.0

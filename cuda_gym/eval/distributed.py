@@ -1,7 +1,7 @@
 """`RayEvaluator`: the `Evaluator` interface over many GPUs and nodes, on Ray (extra `ray`).
 
 One Ray actor per GPU (or per CPU slot on the cpu backend) owns a local `Evaluator`: its worker
-pool, its sandbox, its device slot. The driver (the process that made the RayEvaluator) keeps the
+pool, its sandbox, its device slot (the actor side: ray_actors.py). The driver (the process that made the RayEvaluator) keeps the
 queue, picks an actor for each candidate and turns what comes back into `EvalResult`s:
 
 - Builds share the content-hash cache: every actor on a host uses the same `cache_dir`.
@@ -35,162 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from ..tasks.task import Task
-from .baselines import BaselineCache, entry_serves, merge_entries
 from .config import EvalConfig
+from .ray_actors import BaselineStore, EvaluatorActor, actor_failures, import_ray
 from .result import ErrorCode, EvalResult
 
 AFFINITY_SLACK = 1  # a task's home actor is used while it has at most this many more jobs than the least loaded
 CPU_SLOT_CPUS = 4  # the cpu backend's default actor: 4 cores (builds and the timed worker share them)
 ACTOR_START_TIMEOUT_S = 600.0  # an actor not ready by then (no free GPU, a stuck node) is given up and retried
 ACTOR_START_ATTEMPTS = 3  # a slot whose actor failed to start this many times in a row is retired
-BASELINE_POLL_S = 0.5  # how often an actor waiting for another's baseline measurement asks again
 
 
-def _ray():
-    try:
-        import ray
-    except ImportError:
-        raise ImportError("RayEvaluator needs Ray: pip install 'cuda_gym[ray]' (or pip install 'ray>=2.40')") from None
-    return ray
-
-
-def _actor_failures() -> tuple[type[BaseException], ...]:
-    """Ray's errors that mean "the actor (or its node) is gone", not "the candidate failed"."""
-    exceptions = _ray().exceptions
-    names = ("RayActorError", "WorkerCrashedError", "NodeDiedError", "ObjectLostError", "LocalRayletDiedError")
-    return tuple(getattr(exceptions, name) for name in names if hasattr(exceptions, name))
-
-
-# --------------------------------------------------------------------------------- actor side
-class _ClusterBaselines:
-    """Stands in for an actor's `BaselineCache`: asks the cluster's store first, so a key is measured
-    by one actor and read by the rest. The store is a shortcut only: when it is unreachable the
-    actor measures (or reads) locally, as a plain Evaluator would."""
-
-    def __init__(self, local: BaselineCache, store: Any, owner: str):
-        self.local = local
-        self.store = store
-        self.owner = owner
-
-    def get(self, key: str, compute, needed: tuple[str, ...]) -> dict[str, Any]:
-        ray = _ray()
-        while True:
-            try:
-                state, entry = ray.get(self.store.claim.remote(key, needed, self.owner))
-            except ray.exceptions.RayError:
-                return self.local.get(key, compute, needed)
-            if state == "entry":
-                return self.local.get(key, lambda: entry, needed)
-            if state == "yours":
-                measured = []
-
-                def measure() -> dict[str, Any]:
-                    measured.append(True)
-                    return compute()
-
-                try:
-                    entry = self.local.get(key, measure, needed)  # this node's cache may have it already
-                except BaseException:
-                    self.store.release.remote(key, self.owner)
-                    raise
-                self.store.publish.remote(key, entry, self.owner, bool(measured))
-                return entry
-            time.sleep(BASELINE_POLL_S)  # another actor is measuring this key
-
-
-class _BaselineStore:
-    """Baseline entries by key for the whole cluster, and who is measuring which key (a Ray actor)."""
-
-    def __init__(self, lease_s: float):
-        self.lease_s = lease_s  # a claim older than this is handed to the next asker
-        self.entries: dict[str, dict[str, Any]] = {}
-        self.claims: dict[str, tuple[str, float]] = {}
-        self.counts = collections.Counter()
-        self.measured: collections.Counter = collections.Counter()  # measurements per key
-
-    def claim(self, key: str, needed: tuple[str, ...], owner: str) -> tuple[str, dict[str, Any] | None]:
-        """("entry", entry) when measured; ("yours", None): measure it and publish; ("wait", None)."""
-        entry = self.entries.get(key)
-        if entry_serves(entry, needed):
-            self.counts["served"] += 1
-            return "entry", entry
-        holder = self.claims.get(key)
-        if holder and holder[0] != owner and time.monotonic() - holder[1] < self.lease_s:
-            return "wait", None
-        self.claims[key] = (owner, time.monotonic())
-        return "yours", None
-
-    def publish(self, key: str, entry: dict[str, Any], owner: str, measured: bool) -> None:
-        self.entries[key] = merge_entries(self.entries.get(key, {}), entry)
-        if self.claims.get(key, ("",))[0] == owner:
-            del self.claims[key]
-        self.measured[key] += int(measured)
-
-    def release(self, key: str, owner: str) -> None:
-        if self.claims.get(key, ("",))[0] == owner:
-            del self.claims[key]
-
-    def forget(self, owner: str) -> None:
-        """Drop the claims of an actor that died, so that another measures those keys."""
-        for key in [k for k, (holder, _) in self.claims.items() if holder == owner]:
-            del self.claims[key]
-
-    def stats(self) -> dict[str, Any]:
-        """keys: entries held; served: entries handed out; measured: measurements made by actors
-        (an entry an actor read from its own disk cache is published but not measured)."""
-        return {"keys": len(self.entries), "served": self.counts["served"], "measured": sum(self.measured.values()),
-                "measured_by_key": dict(self.measured)}
-
-
-class _EvaluatorActor:
-    """One Ray actor: a local Evaluator on this actor's GPU (Ray sets CUDA_VISIBLE_DEVICES) or CPU slot."""
-
-    def __init__(self, backend: str, config: EvalConfig, cache_dir: str | None, build_workers: int,
-                 store: Any, owner: str, omp_threads: str | None, niceness: int):
-        # Workers forked from here inherit this thread's environment and priority. Ray sets
-        # OMP_NUM_THREADS to the actor's CPU count, and starts workers at niceness 15 (its
-        # worker_niceness), which would let any busy process on the host slow our builds and the
-        # timed worker; take the driver's priority back where the OS allows it.
-        if omp_threads is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = omp_threads
-        for thread in (0, os.getpid()):  # this thread, and the process's main thread
-            try:
-                os.setpriority(os.PRIO_PROCESS, thread, niceness)
-            except OSError:
-                pass  # not permitted (no CAP_SYS_NICE): info() reports the niceness the workers run at
-        self.niceness = os.getpriority(os.PRIO_PROCESS, 0)
-        from .evaluator import Evaluator, default_cache_dir
-
-        root = Path(cache_dir) if cache_dir else default_cache_dir()
-        cluster = _ClusterBaselines(BaselineCache(root / "baselines.json"), store, owner)
-        self.evaluator = Evaluator(backend, config, cache_dir=root, build_workers=build_workers,
-                                   baseline_cache=cluster)
-
-    def info(self) -> dict[str, Any]:
-        ray = _ray()
-        evaluator = self.evaluator
-        return {"backend": evaluator.backend, "device_name": evaluator.device_name, "platform": evaluator.platform,
-                "torch_version": evaluator.torch_version, "held_timing": evaluator.held_timing,
-                "build_workers": evaluator.build_workers, "cache_dir": str(evaluator.cache_dir), "pid": os.getpid(),
-                "niceness": self.niceness,
-                "node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
-
-    def evaluate(self, task: Task, candidate: Any, backend: str, config: EvalConfig) -> dict[str, Any]:
-        return self.evaluator.evaluate(task, candidate, backend=backend, config=config).to_dict()
-
-    def baselines(self, task: Task, backend: str, config: EvalConfig) -> dict[str, Any]:
-        return self.evaluator.baselines(task, backend=backend, config=config)
-
-    def wait_until_warm(self) -> None:
-        self.evaluator.wait_until_warm()
-
-    def close(self) -> None:
-        self.evaluator.close()
-
-
-# -------------------------------------------------------------------------------- driver side
 @dataclass
 class _Job:
     id: int
@@ -226,10 +80,11 @@ class _Slot:
 
 
 class RayEvaluator:
-    """Judges candidates on a pool of Ray actors, each owning a local `Evaluator`. Same interface as
-    `Evaluator`: `evaluate`, `submit` (a `concurrent.futures.Future[EvalResult]`), `baselines`,
-    `wait_until_warm`, `close` (or use it as a context manager), and the attributes `backend`,
-    `config`, `device_name`, `torch_version`, `held_timing`, `platform`, `cache_dir`.
+    """Judges candidates on a pool of Ray actors, each owning a local `Evaluator`. Follows
+    `EvaluatorInterface` (interface.py): `evaluate`, `submit` (a `concurrent.futures.Future[EvalResult]`),
+    `baselines`, `prewarm`, `wait_until_warm`, `close` (or use it as a context manager), and the
+    attributes `backend`, `config`, `device_name`, `torch_version`; as `Evaluator` also `held_timing`,
+    `platform`, `cache_dir`; and `stats()`, `actors`.
 
     backend: "auto" (cuda when the cluster has GPUs, else cpu), "cuda" or "cpu".
     num_actors: default one per GPU of the cluster (cuda) or one per `CPU_SLOT_CPUS` cores (cpu).
@@ -253,7 +108,7 @@ class RayEvaluator:
                  jobs_per_actor: int | None = None, max_pending: int | None = None):
         if backend not in ("auto", "cuda", "cpu"):
             raise ValueError(f"backend must be 'auto', 'cuda' or 'cpu', got {backend!r}")
-        ray = _ray()
+        ray = import_ray()
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             ray.init(address=address, include_dashboard=False, ignore_reinit_error=True)
@@ -297,9 +152,9 @@ class RayEvaluator:
         self._omp_threads = (str(self.config.cpu_threads) if self.backend == "cpu"
                              else os.environ.get("OMP_NUM_THREADS"))
         lease_s = (self.config.baseline_timeout_s * self.config.baseline_workers * 2 + 120.0)
-        self._store = ray.remote(_BaselineStore).options(num_cpus=0).remote(lease_s)
-        self._actor_class = ray.remote(_EvaluatorActor)
-        self._failures = _actor_failures()
+        self._store = ray.remote(BaselineStore).options(num_cpus=0).remote(lease_s)
+        self._actor_class = ray.remote(EvaluatorActor)
+        self._failures = actor_failures()
         self._slots = [_Slot(index) for index in range(num_actors)]
         self._pending: collections.deque[_Job] = collections.deque()
         self._events: queue.Queue = queue.Queue()
@@ -352,7 +207,7 @@ class RayEvaluator:
     def baselines(self, task: Task, *, backend: str | None = None, config: EvalConfig | None = None) -> dict[str, Any]:
         """Cached eager / torch.compile times for a task (as `Evaluator.baselines`), measured on the
         task's home actor (or the least loaded one); tried on a second actor if the first dies."""
-        ray = _ray()
+        ray = import_ray()
         backend = self._check_backend(backend)
         error = None
         for _ in range(2):
@@ -373,7 +228,7 @@ class RayEvaluator:
 
     def wait_until_warm(self) -> None:
         """Every ready actor's `Evaluator.wait_until_warm()`."""
-        ray = _ray()
+        ray = import_ray()
         calls = [slot.handle.wait_until_warm.remote() for slot in self._slots if slot.ready and not slot.retired]
         ray.wait(calls, num_returns=len(calls))
 
@@ -387,7 +242,7 @@ class RayEvaluator:
         verdicts decided by deaths, the deepest the queue got; per slot its actor (generation,
         ready, jobs done, task ids in flight); per task the slots it was dispatched to; and the
         baseline store's keys, entries served and measured."""
-        ray = _ray()
+        ray = import_ray()
         with self._lock:
             out = dict(self._counts) | {
                 "pending": len(self._pending),
@@ -412,7 +267,7 @@ class RayEvaluator:
         self._dispatcher.join()
         self._shutdown_actors()
         if self._owns_ray:
-            _ray().shutdown()
+            import_ray().shutdown()
 
     def __deepcopy__(self, memo: dict) -> "RayEvaluator":
         return self  # shared by design (gymnasium deep-copies spec kwargs)
@@ -468,7 +323,7 @@ class RayEvaluator:
                 slot.info, slot.ready = info, True
 
     def _shutdown_actors(self) -> None:
-        ray = _ray()
+        ray = import_ray()
         slots = getattr(self, "_slots", [])
         closing = []
         for slot in slots:
@@ -674,7 +529,7 @@ class RayEvaluator:
 
     def _kill(self, slot: _Slot) -> None:
         try:
-            _ray().kill(slot.handle)
+            import_ray().kill(slot.handle)
         except Exception:  # noqa: BLE001 - already gone
             pass
 

@@ -1,19 +1,14 @@
 """What the workers' fork server does once, beside importing the worker code (pool.py), so that no
-fresh worker pays for it:
-- import torch.compile's compiler. A compile baseline's first call in a fresh worker spent about
-  2.5 s importing it (2.6 s on the 2-core CPU; the H200's warm-cache compile took 3.3 s in all).
-- inductor's check of which vector instructions its C++ (CPU) kernels may use: a dry compile per
-  instruction set and a child Python that loads each result. Every process makes it once, at its
-  first torch.compile on the CPU: about 0.7-0.9 s of a CPU baseline worker's 1.4-1.5-s compile warm-up
-  (2026-12-05, the 2-core CPU, inductor cache warm). Made here, every forked worker inherits the
-  answer, the same one it would have found itself (the same machine, compiler and torch), and a
-  sandboxed worker need not spawn the compiler and a child Python for it. Not on a machine with an
-  NVIDIA driver and a CUDA build of torch: its workers compile for the GPU, and the check (5 s with
-  a cold inductor cache) would only delay the first worker. A worker's own environment
-  (WorkerSpec.env) does not enter the check; inductor's settings for it (TORCHINDUCTOR_VEC_ISA_OK,
-  the C++ compiler) are read here, from the evaluator's environment.
-- inductor's hash of torch's own source files (part of every compiled graph's cache key): about
-  0.15 s per process on the 2-core CPU, at its first torch.compile.
+fresh worker pays for it at its first torch.compile (docs/decisions/010-fork-server-preloads.md):
+- import torch.compile's compiler;
+- inductor's check of which vector instructions its C++ (CPU) kernels may use (a dry compile per
+  instruction set and a child Python that loads each result). Every forked worker inherits the
+  answer it would have found itself (same machine, compiler and torch), and a sandboxed worker need
+  not spawn the compiler and a child Python for it. Not where torch is a CUDA build on a machine
+  with an NVIDIA driver: its workers compile for the GPU, and the check would only delay the first
+  worker. A worker's own environment (WorkerSpec.env) does not enter the check; inductor's settings
+  for it (TORCHINDUCTOR_VEC_ISA_OK, the C++ compiler) are read here, from the evaluator's environment;
+- inductor's hash of torch's own source files (part of every compiled graph's cache key).
 The import, the check and the hash touch no CUDA and leave no thread running. The import sets
 TORCHINDUCTOR_CACHE_DIR, which is taken back here, so that each worker still finds its inductor
 cache from its own environment (an eval worker's under its sandboxed TMPDIR, a baseline worker's in

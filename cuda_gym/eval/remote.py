@@ -117,7 +117,8 @@ def read_token(token_file: str | Path | None) -> str | None:
 
 # ------------------------------------------------------------------------------ the client
 class RemoteEvaluator:
-    """Judges candidates on a `cuda-gym serve` service at `url` (http://host:port).
+    """Judges candidates on a `cuda-gym serve` service at `url` (http://host:port). Follows
+    `EvaluatorInterface` (interface.py), with `submit_many`, `fetch`, `metrics` and `lost_jobs` added.
 
     token: the service's bearer token (None: $CUDA_GYM_JUDGE_TOKEN, or no token for a localhost
         service started without one).
@@ -177,7 +178,8 @@ class RemoteEvaluator:
         body = {"task": task_to_dict(task), "backend": backend, "config": config_to_dict(config or self.config)}
         return baselines_from_dict(self._request("POST", "/baselines", body, timeout_s=self.job_timeout_s))
 
-    def prewarm(self, tasks: list[Task], **_: Any) -> dict[str, str]:
+    def prewarm(self, tasks: list[Task], *, backend: str | None = None, config: EvalConfig | None = None,
+                parallel: int | None = None) -> dict[str, str]:
         """Nothing to do from the client: the service's evaluator warms itself. Returns {}."""
         return {}
 

@@ -16,9 +16,8 @@ phases (held repeats can be turned off with CUDA_GYM_TIMER_HOLD=0; then every re
   time (0.05-2 ms), then the start event; the candidate's call is issued meanwhile, so the events time
   the device work alone. A held repeat counts max(device time, host issue time): what one call
   costs when calls are issued back to back. An open repeat instead adds the host's issue time to
-  the device time, and that differs from process to process (on the H200 a 0.13-0.22 ms op's
-  median varied 4% between fresh plain processes and 20-31% between fresh evaluation workers,
-  against 0.5% with the GPU held: timing_stability_h200_2026-11-30.json and docs/benchmarks.md).
+  the device time, and that differs from process to process
+  (docs/decisions/006-held-cuda-timing.md).
 
 The held median is reported unless one of these holds, and then the open measurement is, with a
 flag saying why:
