@@ -22,7 +22,8 @@ vf = pytest.importorskip("verifiers.v1", reason="verifiers >= 0.4 is not install
 from cuda_gym.envs import KernelEnv  # noqa: E402
 from cuda_gym_agents.react import action_for, parse_reply  # noqa: E402
 
-from .test_serve import GELU, FakeJudge  # noqa: E402
+from .fakes import FakeJudge  # noqa: E402
+from .test_serve import GELU  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("uv") is None and shutil.which("pip") is None,
                                 reason="verifiers' chat harness needs uv (or pip to install it)")
