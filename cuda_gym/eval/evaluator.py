@@ -35,7 +35,7 @@ from .correctness import ToleranceFloor, compare, degenerate_reason, judge_stats
 from .logs import trim_compile_log
 from .pool import (READY_TIMEOUT_S, Worker, WorkerDied, WorkerPool, WorkerSpec, WorkerTimeout, remove_orphaned_scratch,
                    run_job)
-from . import output_digest, sandbox, triton_support
+from . import cupy_support, output_digest, sandbox, triton_support
 from .protocol import Message
 from .result import ErrorCode, EvalResult, TimingStats, TrialResult
 from .reward import DEGENERATE_FLAG, claims_milestone
@@ -277,6 +277,7 @@ class Evaluator:
         if backend == "cuda" and capability:
             env["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
         env.update(triton_support.worker_env(self.cache_dir, backend))
+        env.update(cupy_support.worker_env(self.cache_dir, backend))
         env["CUDA_GYM_TIMER_HOLD"] = "1" if self.held_timing else "0"
         if self._hold_library:
             env[HOLD_LIBRARY_ENV] = self._hold_library
@@ -308,6 +309,11 @@ class Evaluator:
         key = self._candidate_key(candidate, backend)
         result.candidate_hash = key
         result.language = candidate.language
+        if backend == "cpu" and candidate.language == "cupy":
+            result.error_code = ErrorCode.INVALID_ACTION
+            result.message = ("the candidate imports CuPy, whose kernels run on a GPU only: on the cpu backend write "
+                              "the kernels as C++ (cuda_gym.native.load_kernels) or in Triton")
+            return
         triton_support.apply_report(result, {})  # flags interpreted timings before any is measured
         env = self._base_env(backend) | {"TORCH_EXTENSIONS_DIR": str(self.cache_dir / "inline" / key)}
         if not self._build(candidate, key, backend, config, env, result):
@@ -966,6 +972,7 @@ class _Judgement:
         forbidden = meta.get("forbidden_ops") or {}
         self.result.forbidden_ops = sorted(forbidden)
         triton_support.apply_report(self.result, meta.get("triton"))
+        cupy_support.apply_report(self.result, meta.get("cupy"))
         if meta.get("tampered"):
             return self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
                                 + ", ".join(meta["tampered"]))
@@ -977,7 +984,8 @@ class _Judgement:
                                     "kernels (constants made in the forward may be computed and moved)")
             if int(meta.get("native_calls", 0)) == 0:
                 return self.verdict(ErrorCode.FORBIDDEN, "the forward never called the candidate's native code "
-                                    "(load_kernels functions, load_inline module functions or Triton kernel launches)")
+                                    "(load_kernels functions, load_inline module functions, Triton or CuPy kernel "
+                                    "launches)")
         return True
 
     def _on_kernels(self) -> None:
@@ -997,7 +1005,15 @@ class _Judgement:
                          "trials (PyTorch compute ops, no call of the candidate's native code, or the op recorder "
                          "disabled)")
             return
-        own = [k for k in self.result.kernels if not any(m in k for m in _INTERNAL_KERNEL_MARKERS)]
+        library = cupy_support.library_kernels(self.result.kernels, (self.checks or {}).get("cupy"),
+                                               _INTERNAL_KERNEL_MARKERS)
+        if library:
+            self.verdict(ErrorCode.FORBIDDEN, "the forward ran CuPy array operations on the GPU (kernels: "
+                         f"{', '.join(library[:5])}); under the strict policy CuPy's own routines are judged as "
+                         "PyTorch compute is: the compute must run in the candidate's own RawKernel / RawModule kernels")
+            return
+        own = [k for k in self.result.kernels
+               if not any(m in k for m in _INTERNAL_KERNEL_MARKERS) and not k.startswith(cupy_support.LIBRARY_PREFIX)]
         if not own:
             self.verdict(ErrorCode.FORBIDDEN, "no kernel of the candidate's own ran on the GPU during the forward")
 

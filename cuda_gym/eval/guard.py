@@ -956,7 +956,7 @@ WATCHED_MODULES = (
     "cuda_gym.native", "cuda_gym.eval.worker", "cuda_gym.eval.guard", "cuda_gym.eval.timing", "cuda_gym.eval.memory",
     "cuda_gym.eval.correctness", "cuda_gym.eval.protocol", "cuda_gym.eval.sandbox", "cuda_gym.eval.result",
     "cuda_gym.eval.config", "cuda_gym.eval.output_digest", "cuda_gym.eval.switches", "cuda_gym.eval.host_memory",
-    "cuda_gym.eval.triton_support", "cuda_gym.eval.timed_inputs",
+    "cuda_gym.eval.triton_support", "cuda_gym.eval.timed_inputs", "cuda_gym.eval.cupy_support",
 )
 # (module, class name) pairs whose class dict is snapshotted (every method, not a chosen few).
 WATCHED_CLASSES = (
@@ -974,6 +974,8 @@ WATCHED_CLASSES = (
     # Triton's launch paths, where triton_support counts launches (present once it is imported).
     ("triton.runtime.jit", "JITFunction"), ("triton.runtime.interpreter", "InterpretedFunction"),
     ("triton.runtime.interpreter", "GridExecutor"), ("triton.runtime.autotuner", "Autotuner"),
+    # CuPy's launch classes as cupy_support replaced them (present once a CuPy candidate imported cupy).
+    ("cupy", "RawKernel"), ("cupy", "RawModule"),
 )
 # (module, attribute) pairs whose object must stay the same one: instances and dicts the checks go
 # through, which the module watch above does not compare (it compares callables, modules and classes).

@@ -40,7 +40,7 @@ import torch.profiler  # noqa: F401
 import torch.utils.cpp_extension  # noqa: F401
 
 from ..tasks.task import load_task_namespace
-from . import fastbuild, guard, memory, output_digest, protocol, sandbox, triton_support
+from . import cupy_support, fastbuild, guard, memory, output_digest, protocol, sandbox, triton_support
 from .config import EvalConfig, device_time
 from .correctness import (Draw, ToleranceFloor, degenerate_reason, draw_label, flatten_outputs, make_draw,
                           output_stats, reshuffle, tolerance_floor)
@@ -898,6 +898,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         torch._dynamo.mutation_guard.install_generation_tagging_init()
     guard.count_native_calls()
     triton_support.count_launches(device, job["candidate_source"])
+    cupy_support.count_launches(device, job["candidate_source"])
     paired = _PairedReference(setup, job, device, variants) if job.get("pair_with_reference") else None
     tamper = guard.TamperCheck(device, policy)  # last thing before candidate code: arms the tripwire
     started = _perf_counter()
@@ -1022,7 +1023,7 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         del output, reference
 
     checks = {"forbidden_ops": forbidden, "native_calls": native_calls, "tampered": tamper.changes(), "flags": flags,
-              "triton": triton_support.report()}
+              "triton": triton_support.report(), "cupy": cupy_support.report()}
     channel.send("checks", checks)
     if device == "cuda":
         clock.mark("trials")
