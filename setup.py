@@ -2,11 +2,14 @@
 from setuptools import find_packages, setup
 
 TRITON = ["triton>=3.9"]  # Triton candidates; on the CPU they run in its interpreter (the wheel is ~290 MB)
+# CuPy candidates' NVRTC compile checks, which run without a GPU (tests/test_cupy.py): the cupy wheel
+# (~67 MB) and libnvrtc (~56 MB; 13.0, the CUDA of the device image's torch cu130 build).
+CUPY_COMPILE = ["cupy-cuda13x>=14", "nvidia-cuda-nvrtc~=13.0.0"]
 EXTRAS = {
     "test": ["pytest>=7", "pytest-timeout>=2", "import-linter>=2.1", "pyarrow>=12", "openai>=1.30", "matplotlib>=3.5",
              "stable-baselines3>=2.3", "sb3-contrib>=2.3", "trl>=1.16", "transformers>=5.2", "peft>=0.10", "ray>=2.40",
              "fastapi>=0.110", "uvicorn>=0.29",
-             *TRITON],
+             *TRITON, *CUPY_COMPILE],
     "triton": TRITON,
     "data": ["pyarrow>=12"],
     "agents": ["openai>=1.30", "transformers>=4.56"],  # agents/llm (4.56: from_pretrained(dtype=))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_gym.eval import ErrorCode, EvalResult, Evaluator, sandbox, triton_support
+from cuda_gym.eval import ErrorCode, EvalResult, Evaluator, cupy_support, sandbox, triton_support
 from cuda_gym.tasks import get_task, solution_path
 
 from .leaks import leaked, snapshot
@@ -52,6 +52,9 @@ def header(path: Path) -> dict[str, str]:
 NO_TRITON = pytest.mark.skip(reason="triton is not installed (pip install cuda_gym[triton]); Triton candidates "
                                     "are judged through it (its interpreter on the CPU)")
 
+NO_CUPY = pytest.mark.skip(reason="cupy is not installed (pip install cuda_gym[cuda]); CuPy candidates are judged "
+                                  "through it")
+
 
 def params(prefix: str) -> list:
     out = []
@@ -60,6 +63,8 @@ def params(prefix: str) -> list:
         marks = [pytest.mark.xfail(strict=True, reason=f"known gap: {gap}")] if gap else []
         if triton_support.uses_triton(path.read_text()) and not triton_support.available():
             marks.append(NO_TRITON)
+        if cupy_support.uses_cupy(path.read_text()) and not cupy_support.available():
+            marks.append(NO_CUPY)
         out.append(pytest.param(path, id=path.stem, marks=marks))
     return out
 

@@ -80,10 +80,10 @@ class KernelEnv(gym.Env):
     Action: `[#! compile|check|eval|submit]` first line (optional, default eval) + candidate source.
     Reward: `reward` (name or callable `(result, history) -> float`) applied per step
     (`reward_mode="per_step"`) or once at the end of the episode (`"final"`).
-    Language: `language="cuda"` (the native forms: CUDA C++, C++ on the CPU backend) or `"triton"`
+    Language: `language="cuda"` (the native forms: CUDA C++, C++ on the CPU backend), `"triton"`
     (`@triton.jit` kernels; on the CPU backend judged through Triton's interpreter, where speed
-    earns nothing): the prompt shows that format and its example. Either form is judged whatever
-    the option says.
+    earns nothing) or `"cupy"` (CUDA C++ sources compiled by CuPy's NVRTC, the cuda backend only):
+    the prompt shows that format and its example. Every form is judged whatever the option says.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -116,6 +116,8 @@ class KernelEnv(gym.Env):
             raise ValueError(f"backend must be 'auto', 'cuda' or 'cpu', got {backend!r}")
         if language not in LANGUAGES:
             raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
+        if language == "cupy" and backend == "cpu":
+            raise ValueError("language='cupy' needs backend='cuda' (or 'auto' on a GPU): CuPy kernels run on a GPU only")
         self.language = language
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")

@@ -155,10 +155,39 @@ class ModelNew(nn.Module):
         return y'''
 
 
+CUPY_EXAMPLE = r'''import cupy
+import numpy as np
+import torch
+import torch.nn as nn
+
+_scale = cupy.RawKernel(r"""
+extern "C" __global__ void scale_kernel(const float* x, float* y, float alpha, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = alpha * x[i];
+}
+""", "scale_kernel")
+
+
+class ModelNew(nn.Module):
+    def __init__(self, alpha):                 # the same constructor arguments as Model
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        x = x.contiguous()                     # a view op: allowed
+        y = torch.empty_like(x)                # allocating outputs is allowed
+        n = x.numel()
+        # torch tensors pass as pointers (no copy); scalars as numpy types of the C parameter's width
+        _scale(((n + 255) // 256,), (256,), (x, y, np.float32(self.alpha), np.int64(n)))
+        return y'''
+
+
 def language_name(backend: str, language: str = "cuda") -> str:
     """What the agent writes its kernels in."""
     if language == "triton":
         return "Triton"
+    if language == "cupy":
+        return "CUDA C++ (compiled by CuPy)"
     return "CUDA C++" if backend == "cuda" else "C++"
 
 
@@ -182,12 +211,35 @@ Example:
 ```"""
 
 
+def cupy_format(backend: str) -> str:
+    """The candidate-format section for CuPy candidates (the cuda backend only)."""
+    return f"""A Python source that defines `class ModelNew` whose forward launches CUDA C++ kernels compiled by
+CuPy: `cupy.RawKernel(code, name)` for one `extern "C" __global__` kernel, `cupy.RawModule(code=...,
+name_expressions=(...))` and `get_function(name)` for several or templated ones. A kernel compiles
+with NVRTC on its first launch (about a tenth of a second; cached across evaluations). Launch with
+`kernel(grid, block, args)`: torch tensors pass as pointers through `__cuda_array_interface__` (no
+copy; make them contiguous, pass parameters as `.detach()`, allocate outputs with torch.empty /
+empty_like); pass scalars as numpy types of the C parameter's width (np.int32, np.int64,
+np.float32). Launches run on torch's current stream. Every launch counts as a call of your own
+kernel; CuPy's array functions (cupy.add, cupy.matmul, cupy.sum, ... and arithmetic on cupy
+arrays) are library compute, judged as PyTorch ops are. Example ({backend}):
+```python
+{{CUPY_EXAMPLE}}
+```""".replace("{{CUPY_EXAMPLE}}", CUPY_EXAMPLE)
+
+
 def _rules(backend: str, config: EvalConfig, language: str = "cuda") -> str:
     device_code = language_name(backend, language)
-    own_code = "launch your own @triton.jit kernels" if language == "triton" else f"call your own compiled {device_code} code"
+    own_code = {"triton": "launch your own @triton.jit kernels",
+                "cupy": "launch your own CuPy RawKernel / RawModule kernels"}.get(
+                    language, f"call your own compiled {device_code} code")
     if config.policy == "strict":
         libraries = ("Calling cuBLAS / cuDNN (or any library) from your own C++ is allowed"
                      if backend == "cuda" else "Calling a library (BLAS, ...) from your own C++ is allowed")
+        libraries += ": those calls do not go through PyTorch."
+        if language == "cupy":
+            libraries = ("CuPy's own array functions (elementwise, reductions, cupy.matmul and the cuBLAS under it) "
+                         "count as library compute: used in the forward, they make the verdict FORBIDDEN.")
         policy = f"""\
 - Policy: strict. ModelNew.forward may create tensors (torch.empty / empty_like / zeros ...), make
   views (view, reshape, transpose, permute, slicing, .contiguous() of an already contiguous tensor),
@@ -202,7 +254,7 @@ def _rules(backend: str, config: EvalConfig, language: str = "cuda") -> str:
   call into your native code (or inside it: torch::zeros(...).to(device) in a load_inline extension's
   C++ before its launch is fine): once a native call has returned, or task data has been read to the
   host (.item(), .tolist(), .numpy(), .cpu()), nothing the forward makes is a constant any more.
-  {libraries}: those calls do not go through PyTorch."""
+  {libraries}"""
     else:
         policy = """\
 - Policy: permissive. PyTorch ops are allowed in the forward (as in KernelBench's prompt), but the
@@ -266,9 +318,12 @@ than PyTorch eager, 3 if more than 5% faster than both eager and torch.compile."
 def task_prompt(task: Task, *, backend: str, hardware: str, config: EvalConfig, max_turns: int,
                 reward_mode: str = "per_step", reward_name: str = "milestone", language: str = "cuda") -> str:
     """The observation returned by `reset()`: everything the agent needs to write a candidate in
-    `language` ("cuda": the native forms; "triton": @triton.jit kernels)."""
+    `language` ("cuda": the native forms; "triton": @triton.jit kernels; "cupy": CuPy RawKernel /
+    RawModule sources, cuda backend only)."""
     if language not in LANGUAGES:
         raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
+    if language == "cupy" and backend != "cuda":
+        raise ValueError("language='cupy' needs backend='cuda': CuPy kernels run on a GPU only")
     kernel_language = language_name(backend, language)
     sizes = task.sizes_for(backend)
     size_note = ""
@@ -302,11 +357,18 @@ Hardware: {hardware}
 {_speed_text(config)}
 
 ## Candidate format
-{triton_format(backend) if language == "triton" else native_format}
+{_format(backend, language, native_format)}
 
 ## Actions
 {protocol}
 """
+
+
+def _format(backend: str, language: str, native_format: str) -> str:
+    """The candidate-format section for kernels in `language`."""
+    if language == "triton":
+        return triton_format(backend)
+    return cupy_format(backend) if language == "cupy" else native_format
 
 
 def _native_format(backend: str, language: str, example: str) -> str:

@@ -180,13 +180,13 @@ You work in a workdir through tool calls (one per turn). Files:
   model.py        the reference program (read-only)
   GUIDE.md        this guide (read-only)
   model_new.py    you write it: class ModelNew, same constructor arguments as Model, whose forward
-                  launches your @triton.jit kernels (no kernels/ files are needed)
+                  launches your {kernels} (no kernels/ files are needed)
 
 ## Steps
 1. Read model.py. Call `profile` before writing anything: it shows the eager / torch.compile times to beat.
 2. Write model_new.py, then `compile` until it imports.
 3. `verify` until the verdict is OK on every input draw. A fast but wrong kernel is worth nothing.
-4. `profile`, make it faster (fuse operations, pick block sizes, triton.autotune), verify + profile again.
+4. `profile`, make it faster (fuse operations, pick block sizes{tuning}), verify + profile again.
 5. `submit` your best version. It ends the episode.
 
 ## Format
@@ -203,10 +203,13 @@ def workspace_guide(backend: str, config: EvalConfig, language: str = "cuda") ->
     steps, the rules)."""
     from ..extension import CPU_CFLAGS, CUDA_NVCC_FLAGS
 
-    if language == "triton":
-        return _TRITON_GUIDE.format(triton_format=prompt_text.triton_format(backend),
-                                    rules=prompt_text._rules(backend, config, language),
-                                    speed=prompt_text._speed_text(config))
+    if language in ("triton", "cupy"):
+        triton = language == "triton"
+        return _TRITON_GUIDE.format(
+            kernels="@triton.jit kernels" if triton else "CuPy RawKernel / RawModule kernels",
+            tuning=", triton.autotune" if triton else "",
+            triton_format=prompt_text.triton_format(backend) if triton else prompt_text.cupy_format(backend),
+            rules=prompt_text._rules(backend, config, language), speed=prompt_text._speed_text(config))
 
     cuda = backend == "cuda"
     call = ("err = cuda_extension.scale_forward(x, y, self.alpha, x.numel())  # the stream is added\n"

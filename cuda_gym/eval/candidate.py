@@ -17,13 +17,22 @@ from dataclasses import dataclass
 MAX_CANDIDATE_CHARS = 200_000
 # `import triton`, `import triton.language as tl`, `from triton import ...` at any indentation.
 _IMPORTS_TRITON = re.compile(r"^\s*(?:import\s+triton\b|from\s+triton(?:\.[\w.]+)?\s+import\b)", re.M)
-LANGUAGES = ("cuda", "triton")  # "cuda": the native forms (CUDA C++ on the GPU, C++ on the CPU backend)
+# `import cupy`, `import cupy as cp`, `from cupy import RawKernel`, `import cupyx` at any indentation.
+_IMPORTS_CUPY = re.compile(r"^\s*(?:import\s+cupyx?\b|from\s+cupyx?(?:\.[\w.]+)?\s+import\b)", re.M)
+# "cuda": the native forms (CUDA C++ on the GPU, C++ on the CPU backend); "triton": @triton.jit
+# kernels; "cupy": CUDA C++ sources compiled by CuPy (NVRTC), on the GPU only.
+LANGUAGES = ("cuda", "triton", "cupy")
 _FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)```", re.S)
 
 
 def uses_triton(source: str) -> bool:
     """Whether a candidate's source imports triton (its kernels are `@triton.jit` functions)."""
     return bool(_IMPORTS_TRITON.search(source))
+
+
+def uses_cupy(source: str) -> bool:
+    """Whether a candidate's source imports CuPy (its kernels are RawKernel / RawModule sources)."""
+    return bool(_IMPORTS_CUPY.search(source))
 
 
 class InvalidCandidate(ValueError):
@@ -40,13 +49,17 @@ class Candidate:
 
     @property
     def language(self) -> str:
-        """The kernel language: 'triton' where the source imports triton, else 'cuda' (`LANGUAGES`)."""
-        return "triton" if uses_triton(self.source) else "cuda"
+        """The kernel language: 'triton' where the source imports triton, 'cupy' where it imports CuPy,
+        else 'cuda' (`LANGUAGES`)."""
+        if uses_triton(self.source):
+            return "triton"
+        return "cupy" if uses_cupy(self.source) else "cuda"
 
     @property
     def form(self) -> str:
         """'multifile' (a packed workdir), 'triton' (@triton.jit kernels), 'native' (recommended fast
-        form), 'load_inline' (KernelBench) or 'python' (no native code)."""
+        form), 'load_inline' (KernelBench), 'cupy' (CuPy RawKernel / RawModule sources) or 'python'
+        (no native code)."""
         if _PACKED_HEAD in self.source.partition("\n")[0]:
             return "multifile"
         if uses_triton(self.source):
@@ -55,6 +68,8 @@ class Candidate:
             return "native"
         if "load_inline" in self.source or "cpp_extension" in self.source:
             return "load_inline"
+        if uses_cupy(self.source):
+            return "cupy"
         return "python"
 
 

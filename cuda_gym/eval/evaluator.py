@@ -190,6 +190,11 @@ class Evaluator:
         key = self._candidate_key(candidate, backend)
         result.candidate_hash = key
         result.language = candidate.language
+        if backend == "cpu" and candidate.language == "cupy":
+            result.error_code = ErrorCode.INVALID_ACTION
+            result.message = ("the candidate imports CuPy, whose kernels run on a GPU only: on the cpu backend write "
+                              "the kernels as C++ (cuda_gym.native.load_kernels) or in Triton")
+            return
         triton_support.apply_report(result, {})  # flags interpreted timings before any is measured
         env = self._setup.base_env(backend) | {"TORCH_EXTENSIONS_DIR": str(self.cache_dir / "inline" / key)}
         if not self._builds.build(candidate, key, backend, config, env, result):

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import output_digest, sandbox, triton_support
+from . import cupy_support, output_digest, sandbox, triton_support
 from .config import EvalConfig
 from .correctness import ToleranceFloor, compare, degenerate_reason, judge_stats, tolerance_floor, widest_floor
 from .protocol import Message
@@ -284,6 +284,7 @@ class Judgement:
         forbidden = meta.get("forbidden_ops") or {}
         self.result.forbidden_ops = sorted(forbidden)
         triton_support.apply_report(self.result, meta.get("triton"))
+        cupy_support.apply_report(self.result, meta.get("cupy"))
         if meta.get("tampered"):
             return self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
                                 + ", ".join(meta["tampered"]))
@@ -295,7 +296,8 @@ class Judgement:
                                     "kernels (constants made in the forward may be computed and moved)")
             if int(meta.get("native_calls", 0)) == 0:
                 return self.verdict(ErrorCode.FORBIDDEN, "the forward never called the candidate's native code "
-                                    "(load_kernels functions, load_inline module functions or Triton kernel launches)")
+                                    "(load_kernels functions, load_inline module functions, Triton or CuPy kernel "
+                                    "launches)")
         return True
 
     def _on_kernels(self) -> None:
@@ -315,7 +317,15 @@ class Judgement:
                          "trials (PyTorch compute ops, no call of the candidate's native code, or the op recorder "
                          "disabled)")
             return
-        own = [k for k in self.result.kernels if not any(m in k for m in _INTERNAL_KERNEL_MARKERS)]
+        library = cupy_support.library_kernels(self.result.kernels, (self.checks or {}).get("cupy"),
+                                               _INTERNAL_KERNEL_MARKERS)
+        if library:
+            self.verdict(ErrorCode.FORBIDDEN, "the forward ran CuPy array operations on the GPU (kernels: "
+                         f"{', '.join(library[:5])}); under the strict policy CuPy's own routines are judged as "
+                         "PyTorch compute is: the compute must run in the candidate's own RawKernel / RawModule kernels")
+            return
+        own = [k for k in self.result.kernels
+               if not any(m in k for m in _INTERNAL_KERNEL_MARKERS) and not k.startswith(cupy_support.LIBRARY_PREFIX)]
         if not own:
             self.verdict(ErrorCode.FORBIDDEN, "no kernel of the candidate's own ran on the GPU during the forward")
 

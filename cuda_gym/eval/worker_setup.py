@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..tasks.task import Task
-from . import triton_support
+from . import cupy_support, triton_support
 from .config import EvalConfig, held_timing_enabled
 from .pool import READY_TIMEOUT_S, Worker, WorkerDied, WorkerSpec, WorkerTimeout
 from .timing import HOLD_LIBRARY_ENV, build_hold_library
@@ -100,6 +100,7 @@ class WorkerSetup:
         if backend == "cuda" and capability:
             env["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
         env.update(triton_support.worker_env(self.cache_dir, backend))
+        env.update(cupy_support.worker_env(self.cache_dir, backend))
         env["CUDA_GYM_TIMER_HOLD"] = "1" if self.held_timing else "0"
         if self.hold_library:
             env[HOLD_LIBRARY_ENV] = self.hold_library

@@ -51,8 +51,11 @@ def load_builtin() -> list[Task]:
 def solution_path(task: Task, backend: str, language: str = "cuda") -> Path | None:
     """The shipped reference solution of a built-in task for a backend, if there is one. The
     `language="cuda"` ones are native code per backend (CUDA C++, C++); the `"triton"` ones serve
-    both backends (on the CPU through Triton's interpreter)."""
-    folder = "triton" if language == "triton" else backend
+    both backends (on the CPU through Triton's interpreter); the `"cupy"` ones (CuPy RawKernel /
+    RawModule sources) the cuda backend only."""
+    if language == "cupy" and backend != "cuda":
+        return None
+    folder = language if language in ("triton", "cupy") else backend
     path = SOLUTIONS_DIR / folder / f"L{task.level}" / f"{task.name}.py"
     return path if path.exists() else None
 
