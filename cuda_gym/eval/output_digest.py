@@ -12,7 +12,10 @@ call. Each call's outputs are reduced to a digest right after the call returns: 
   whatever the error's pattern; its relative spread is about sqrt(2 / buckets) where the error is
   spread over the buckets, more where it sits in a few (each call's error is another, so one that
   a call's estimate misses shows in the next);
-- the values at `SAMPLES` secret random positions (every element where there are no more).
+- the values at `SAMPLES` secret random positions (every element where there are no more), read
+  inside the timed window (`probe`, before the clock stops): work that a call leaves to run after
+  it returns (a signal handler, a finalizer, another thread) must land before this read, so it is
+  either timed or seen as wrong values.
 
 Signs and positions are drawn from a secret made in the worker before the candidate loads, the
 positions fresh for each input (`DigestMaker(secret)(output, input_index)`): a candidate cannot aim
@@ -95,16 +98,52 @@ class DigestMaker:
 
     def __init__(self, secret: int):
         self._secret = secret
+        # Sampled positions per (input, output, element count, device), drawn where the reference's
+        # digest is made (before any candidate code) and looked up by `probe` inside the timed window.
+        self._positions: dict[tuple, "torch.Tensor"] = {}
         # The sketch's signs per (output position, size, device) where the output is small enough to
         # keep them: drawn once, secret all the same; larger outputs draw theirs on every call.
         self._signs: dict[tuple, "torch.Tensor"] = {}
 
-    def _generator(self, device: Any, input_index: int, output_index: int) -> "torch.Generator":
+    def _generator(self, device: Any, input_index: int, output_index: int, stream: int = 0) -> "torch.Generator":
+        """The random stream of one output's digest: 0 its sampled positions, 1 its sketch's signs."""
         import torch
 
         generator = torch.Generator(device=device)
-        generator.manual_seed((self._secret + 1_000_003 * input_index + 7_919 * output_index) % (1 << 62))
+        generator.manual_seed((self._secret + 1_000_003 * input_index + 7_919 * output_index + 104_729 * stream)
+                              % (1 << 62))
         return generator
+
+    def _positions_for(self, flat: "torch.Tensor", input_index: int, output_index: int) -> "torch.Tensor":
+        import torch
+
+        key = (input_index, output_index, flat.numel(), str(flat.device))
+        if key not in self._positions:
+            generator = self._generator(flat.device, input_index, output_index)
+            self._positions[key] = torch.randint(0, flat.numel(), (SAMPLES,), generator=generator, device=flat.device)
+        return self._positions[key]
+
+    def probe(self, output: Any, input_index: int) -> list[Any]:
+        """The sampled values of each of a call's outputs, read now: the timers call this right after
+        the call returns, before the clock stops (on a GPU the gather is queued before the end
+        event). Positions come from those the reference's digest of the same input drew; an output
+        of another size (wrong anyway) or not a plain tensor gets None and is read by the digest."""
+        import torch
+
+        probes: list[Any] = []
+        for position, value in enumerate(flatten_outputs(output)):
+            if type(value) not in (torch.Tensor, torch.nn.Parameter):
+                probes.append(None)
+                continue
+            numel = value.numel()
+            key = (input_index, position, numel, str(value.device))
+            if numel <= SAMPLES:
+                probes.append(value.detach().clone())
+            elif key in self._positions:
+                probes.append(_gather(value.detach(), self._positions[key]))
+            else:
+                probes.append(None)
+        return probes
 
     def _signs_for(self, output_index: int, numel: int, start: int, count: int,
                    generator: "torch.Generator") -> "torch.Tensor":
@@ -120,12 +159,16 @@ class DigestMaker:
             self._signs[key] = _random_signs(numel, kept, device)
         return self._signs[key][start:start + count]
 
-    def __call__(self, output: Any, input_index: int) -> np.ndarray:
-        records = [self._record(value, input_index, position)
-                   for position, value in enumerate(flatten_outputs(output))]
+    def __call__(self, output: Any, input_index: int, probes: list[Any] | None = None) -> np.ndarray:
+        """The digest of a call's outputs; `probes` (from `probe`, read inside the timed window)
+        stand for the sampled values where given."""
+        values = flatten_outputs(output)
+        probes = list(probes or []) + [None] * (len(values) - len(probes or []))
+        records = [self._record(value, input_index, position, probe)
+                   for position, (value, probe) in enumerate(zip(values, probes))]
         return np.concatenate(records) if records else np.zeros(0)
 
-    def _record(self, value: Any, input_index: int, output_index: int) -> np.ndarray:
+    def _record(self, value: Any, input_index: int, output_index: int, probe: Any = None) -> np.ndarray:
         import torch
 
         if type(value) in (bool, int, float):  # a Python number (flatten_outputs passes them through)
@@ -141,13 +184,15 @@ class DigestMaker:
             return np.array([NOT_PLAIN_MEMORY, float(reason), _permissions_code(perms), math.nan])
         flat = value.detach().reshape(-1)
         numel = flat.numel()
-        generator = self._generator(flat.device, input_index, output_index)
-        # The samples first, right after the call returned: an output still being written by work the
-        # call did not wait for shows other values here than after the device-wide sync that follows.
-        if numel <= SAMPLES:
+        # The samples as the probe read them inside the timed window; without a probe (the
+        # reference's digests, made before any candidate code), read now.
+        if probe is not None:
+            samples = probe.reshape(-1).double()
+        elif numel <= SAMPLES:
             samples = flat.double()
         else:
-            samples = flat[torch.randint(0, numel, (SAMPLES,), generator=generator, device=flat.device)].double()
+            samples = flat[self._positions_for(flat, input_index, output_index)].double()
+        generator = self._generator(flat.device, input_index, output_index, stream=1)
         # Sums, norm and sketch stay on the output's device until one copy at the end: on a GPU a
         # chunk's reductions queue behind each other, with no wait for the device until then.
         sums = torch.zeros(2, dtype=torch.float64, device=flat.device)  # sum, squared L2 norm
@@ -167,6 +212,23 @@ class DigestMaker:
             sketch[: chunk.numel() - whole] += signed[whole:].double()
         header = np.array([_dtype_code(str(value.dtype).replace("torch.", "")), float(numel)])
         return np.concatenate([header, torch.cat([sums, sketch, samples]).cpu().numpy()])
+
+
+def _gather(value: "torch.Tensor", positions: "torch.Tensor") -> "torch.Tensor":
+    """The elements of `value` at flat (row-major) `positions`, read in place: a non-contiguous
+    output is not copied whole (that copy would be timed), its positions are turned into storage
+    offsets instead."""
+    import torch
+
+    if value.is_contiguous():
+        return value.view(-1)[positions]
+    offsets = torch.zeros_like(positions)
+    remaining = positions.clone()
+    for size, stride in reversed(list(zip(value.shape, value.stride()))):
+        offsets += (remaining % size) * stride
+        remaining = remaining // size
+    span = 1 + sum((size - 1) * stride for size, stride in zip(value.shape, value.stride()))
+    return value.as_strided((span,), (1,))[offsets]
 
 
 KEPT_SIGNS_MAX = 1 << 24  # outputs up to this many elements keep their sketch signs (int8: 16 MiB at most)

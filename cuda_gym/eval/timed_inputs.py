@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import secrets
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -58,6 +59,17 @@ def fresh_draw(get_inputs: Callable[[], Any], seed: int, device: str) -> list[An
     finally:
         random.setstate(python_state)
         np.random.set_state(numpy_state)
+
+
+def _on_private_globals(function: Callable[[], Any]) -> Callable[[], Any]:
+    """`function` looking its globals up in a copy of its module's namespace made now (before any
+    candidate code runs): a candidate that rebinds a name in the task's namespace (`torch` to a
+    proxy that keeps each draw) changes nothing the timed draws run. The tamper check reports such
+    a rebinding too (the task namespace is watched)."""
+    if not isinstance(function, types.FunctionType):
+        return function
+    return types.FunctionType(function.__code__, dict(function.__globals__), function.__name__,
+                              function.__defaults__, function.__closure__)
 
 
 def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -108,7 +120,7 @@ class TimedInputs:
     of the resident `timing_sets` (the caller's list, read when an input is made)."""
 
     def __init__(self, get_inputs: Callable[[], Any], device: str, timing_sets: list[list[Any]]):
-        self.get_inputs, self.device, self.timing_sets = get_inputs, device, timing_sets
+        self.get_inputs, self.device, self.timing_sets = _on_private_globals(get_inputs), device, timing_sets
         seed = secrets.randbits(62)
         try:
             repeatable = same_inputs(self._fresh(seed), self._fresh(seed))
@@ -151,15 +163,11 @@ class TimedLoader:
             self._made = (index, self.make(self.inputs[index]))
         copy_into(self.live, self._made[1])
 
-    def digest_then_verify(self, digest: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
-        """The timers' checksum callable: the call's output digested (first: nothing else reads the
-        outputs before their digest), then the inputs checked unchanged."""
-        def check(output: Any, index: int) -> Any:
-            record = digest(output, index)
-            self.verify()
-            return record
-
-        return check
+    def digest_then_verify(self, digest: Any) -> "CheckedDigest":
+        """The timers' checksum: the call's output digested (first: nothing else reads the outputs
+        before their digest), then the inputs checked unchanged. Where `digest` has a `probe`
+        (output_digest.DigestMaker), the timers read it inside the timed window."""
+        return CheckedDigest(digest, self.verify)
 
     def verify(self) -> None:
         """Raises InputsChanged where the live inputs differ from what was loaded last."""
@@ -170,3 +178,18 @@ class TimedLoader:
         if changed:
             raise InputsChanged(f"the forward modified its input(s) {changed} in a timed call; inputs must stay "
                                 "unchanged")
+
+
+class CheckedDigest:
+    """A timer's checksum: `probe(output, index)` inside the timed window (where the digest has
+    one), then `self(output, index, probes)`: the digest, then the inputs' check."""
+
+    def __init__(self, digest: Any, verify: Callable[[], None]):
+        self._digest, self._verify = digest, verify
+        if hasattr(digest, "probe"):
+            self.probe = digest.probe
+
+    def __call__(self, output: Any, index: int, probes: Any = None) -> Any:
+        record = self._digest(output, index, probes) if probes is not None else self._digest(output, index)
+        self._verify()
+        return record

@@ -218,6 +218,7 @@ class Timer:
         `min_reps` repeats are timed, without first using every set."""
         chooser = random.SystemRandom()
         hold = _hold if self.device == "cuda" and _hold else None
+        checksum = ProbedChecksum(checksum)
         # No cyclic garbage collection inside a timed call: when it runs depends on the process's
         # heap (an eval worker holds far more objects than a baseline worker), so it would time two
         # processes' calls differently. It is off from the repeat's start to its checksum only: with
@@ -275,6 +276,7 @@ class Timer:
                         and self.reps - rep > self.min_reps - timed):
                     with audit():
                         output = fn(*args)
+                    checksum.read(output, which)  # outside the recorder: the judge's read is not the forward's
                     self._sync()
                     sums.append((which, checksum(output, which)))
                     del output
@@ -290,6 +292,7 @@ class Timer:
                     start.record()
                     t0 = _perf_counter_ns()
                     output = fn(*args)
+                    checksum.read(output, which)
                     t1 = _perf_counter_ns()
                     end.record()
                     _event_synchronize(end)
@@ -303,6 +306,7 @@ class Timer:
                     t0 = _perf_counter_ns()
                     start.record()
                     output = fn(*args)
+                    checksum.read(output, which)
                     t1 = _perf_counter_ns()
                     end.record()
                     _cuda_synchronize()
@@ -313,6 +317,7 @@ class Timer:
                 else:
                     t0 = _perf_counter_ns()
                     output = fn(*args)
+                    checksum.read(output, which)
                     t1 = _perf_counter_ns()
                     wall_ms.append((t1 - t0) / 1e6)
                 sums.append((which, checksum(output, which)))
@@ -372,6 +377,26 @@ class ReferenceCallFailed(RuntimeError):
     """The reference raised in a paired call (its own failure, not the candidate's verdict)."""
 
 
+class ProbedChecksum:
+    """A timer's checksum with its read inside the timed window: `read(output, index)` right after
+    the call returns, before the clock stops (the checksum's `probe`, where it has one:
+    output_digest.DigestMaker reads its sampled values), then `self(output, index)` makes the
+    checksum with what was read. Work a call leaves to run after it returns (a signal handler, a
+    finalizer, another thread) then either lands before the read, inside the window, or shows as
+    wrong sampled values."""
+
+    def __init__(self, checksum: Callable[..., Any]):
+        self._checksum, self._probe, self._read = checksum, getattr(checksum, "probe", None), None
+
+    def read(self, output: Any, index: int) -> None:
+        if self._probe is not None:
+            self._read = self._probe(output, index)
+
+    def __call__(self, output: Any, index: int) -> Any:
+        read, self._read = self._read, None
+        return self._checksum(output, index, read) if read is not None else self._checksum(output, index)
+
+
 def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[..., Any], live_inputs: Sequence[Any],
                load_input: Callable[[int], None], checksum: Callable[[Any, int], Any], plan: Sequence[tuple[bool, bool]],
                *, after_call: Callable[[], None], audit: Callable[[], Any] | None = None,
@@ -399,6 +424,7 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
     sums: dict[str, list[tuple[int, Any]]] = {"candidate": [], "reference": []}
     collecting = gc.isenabled()
     gc.collect()
+    checksum = ProbedChecksum(checksum)
 
     def call(name: str, index: int, timed: bool, audited: bool) -> float:
         load_input(index)
@@ -411,12 +437,14 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
             if audited:
                 with audit():
                     output = fn(*args)
+                checksum.read(output, index)  # outside the recorder: the judge's read is not the forward's
                 sync()
                 elapsed = 0.0
             else:
                 gc.disable()
                 t0 = _perf_counter_ns()
                 output = fn(*args)
+                checksum.read(output, index)
                 sync()
                 elapsed = (_perf_counter_ns() - t0) / 1e6
                 if collecting:

@@ -9,10 +9,11 @@ phase: by then both are back (the native flags differ, but a SIG_DFL disposition
 whatever its flags: `guard._trusted_handler_test`).
 
 TASK: builtin/L1/gelu
-EXPECTED: FORBIDDEN
-DEFENCE (wanted): signal handlers and dispositions (and interval timers, `getitimer`) compared right
-    after every checked call returns, before its output is read, or signals blocked in the judge's
-    thread between a call's return and its digest.
+EXPECTED: INCORRECT
+DEFENCE: the timers read each output's sampled values inside the timed window (the digest's
+    probe, before the clock stops), so the handler's work either lands inside the window (timed) or
+    after the read, where the sampled values are those of the unwritten output. Before the probe:
+    OK, reward 3 (x17.9 native handler, x198 Python handler; default config).
 """
 import signal
 

@@ -11,11 +11,11 @@ each phase), the output is plain heap memory, and no fault or lazy page is invol
 `host_memory` and the disposition snapshot both pass.
 
 TASK: builtin/L1/gelu
-EXPECTED: FORBIDDEN
-DEFENCE (wanted): signal dispositions (and POSIX timers: /proc/self/timers) read right after every
-    checked call returns, before anything reads its output, or signals blocked in the judge's
-    thread from the call's return until its output is digested (pthread_sigmask), so that a handler
-    cannot run judge-side work untimed.
+EXPECTED: INCORRECT
+DEFENCE: the timers read each output's sampled values inside the timed window (the digest's
+    probe, before the clock stops), so the handler's work either lands inside the window (timed) or
+    after the read, where the sampled values are those of the unwritten output. Before the probe:
+    OK, reward 3 (x17.9 native handler, x198 Python handler; default config).
 """
 import torch
 import torch.nn as nn
