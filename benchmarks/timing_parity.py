@@ -27,7 +27,11 @@ CHILD = r'''
 import json, os, sys, time
 from pathlib import Path
 import torch
-from cuda_gym.eval import guard, output_digest, timing, worker
+from cuda_gym.eval import output_digest, timing, worker
+from cuda_gym.eval.native_calls import count_native_calls
+from cuda_gym.eval.recorder import OpRecorder
+from cuda_gym.eval.tamper import TamperCheck
+from cuda_gym.eval.tripwire import prescan_code
 from cuda_gym.tasks import get_task
 
 task = get_task(sys.argv[1])
@@ -62,9 +66,9 @@ setup.prepare_trials(lambda index, outputs: None)
 setup.prepare_timing_sets()
 measure("init, as every worker now (no profiler)")
 measure("baseline style, eval inputs (variants + probe)", eval_style=True)
-guard.prescan_code()
-guard.count_native_calls()
-tamper = guard.TamperCheck(backend, "permissive")
+prescan_code()
+count_native_calls()
+tamper = TamperCheck(backend, "permissive")
 measure("+ prescan_code, TamperCheck armed (audit hook)", eval_style=True)
 measure("+ audits by the dispatch mode alone (the eval worker's timing now)", eval_style=True,
         audit=worker._Audit("permissive"))
@@ -72,7 +76,7 @@ measure("baseline style, after those audits")
 def recorded_forwards(cross_check):
     for index in range(5):
         inputs = [worker._clone(v) for v in setup.timing_sets[0]]
-        with torch.no_grad(), guard.OpRecorder(cross_check=cross_check):
+        with torch.no_grad(), OpRecorder(cross_check=cross_check):
             setup.model(*inputs)
         worker._sync(backend)
 recorded_forwards(False)

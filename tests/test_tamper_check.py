@@ -1,4 +1,4 @@
-"""guard._make_checker in this process (no tripwire armed): what its object and registry checks
+"""tamper._make_checker in this process (no tripwire armed): what its object and registry checks
 report. The hostile catalogue (test_hostile.py) covers the same through whole evaluations."""
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import types
 import pytest
 import torch
 
-from cuda_gym.eval import guard
+from cuda_gym.eval import tamper
+from cuda_gym.eval.recorder import OpRecorder
 from cuda_gym.eval.switches import Switches
 
 
 def _checker(monkeypatch, objects):
-    monkeypatch.setattr(guard, "WATCHED_OBJECTS", objects)
-    return guard._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
+    monkeypatch.setattr(tamper, "WATCHED_OBJECTS", objects)
+    return tamper._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
 
 
 def test_a_watched_object_replaced_is_reported_and_a_missing_one_is_not(monkeypatch):
@@ -37,7 +38,7 @@ def test_tensor_as_a_pytree_node_and_a_dispatch_rule_for_a_cuda_gym_class_are_re
     assert changes() == ["torch.utils._pytree.SUPPORTED_NODES[Tensor]"]
     monkeypatch.delitem(pytree.SUPPORTED_NODES, torch.Tensor)
     rules = singleton.find("aten::gelu").torch_dispatch_rules
-    monkeypatch.setitem(vars(rules)["_data"], guard.OpRecorder, lambda *args: None)
+    monkeypatch.setitem(vars(rules)["_data"], OpRecorder, lambda *args: None)
     assert changes() == ["a torch dispatch rule for OpRecorder on aten::gelu"]
 
 
@@ -126,9 +127,9 @@ def test_tritons_llvm_handlers_are_not_a_change_and_a_candidates_handler_is(tmp_
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # a cached kernel would not run LLVM
 
     def check():
-        read = guard._native_signal_reader([signal.SIGHUP, signal.SIGTERM, signal.SIGSEGV, signal.SIGUSR2])
+        read = tamper._native_signal_reader([signal.SIGHUP, signal.SIGTERM, signal.SIGSEGV, signal.SIGUSR2])
         before = read()
-        changes = guard._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
+        changes = tamper._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
         source = triton.compiler.ASTSource(fn=double, signature={"x": "*fp32", "y": "*fp32", "n": "constexpr"},
                                            constexprs={"n": 16})
         triton.compile(source, target=GPUTarget("cuda", 90, 32))

@@ -40,12 +40,17 @@ import torch.profiler  # noqa: F401
 import torch.utils.cpp_extension  # noqa: F401
 
 from ..tasks.task import load_task_namespace
-from . import fastbuild, guard, memory, output_digest, protocol, sandbox, triton_support
+from . import fastbuild, memory, output_digest, protocol, sandbox, triton_support
 from .config import EvalConfig, device_time
 from .correctness import (Draw, ToleranceFloor, degenerate_reason, draw_label, flatten_outputs, make_draw,
                           output_stats, reshuffle, tolerance_floor)
+from .native_calls import count_native_calls, native_call_total
+from .op_policy import op_is_allowed
+from .recorder import OpRecorder
+from .tamper import TamperCheck
 from .timed_inputs import InputsChanged, TimedInputs, TimedLoader, copy_into
 from .timing import MAX_EXTRA_WARMUPS, PAIRS, ReferenceCallFailed, Timer, handles, prepare_hold, time_pairs
+from .tripwire import prescan_code
 
 _perf_counter = time.perf_counter
 
@@ -486,15 +491,15 @@ class _Audit:
 
     @contextlib.contextmanager
     def __call__(self) -> Any:
-        recorder = guard.OpRecorder(cross_check=False)  # no profiler session in the timed process
-        before = guard.native_call_total()
+        recorder = OpRecorder(cross_check=False)  # no profiler session in the timed process
+        before = native_call_total()
         with recorder:
             yield
             self.intact = self.intact and recorder.is_active()
         self.calls += 1
-        self.without_native += guard.native_call_total() == before
+        self.without_native += native_call_total() == before
         for op, count in recorder.ops.items():
-            if not guard.op_is_allowed(op, self.policy):
+            if not op_is_allowed(op, self.policy):
                 self.forbidden[op] = self.forbidden.get(op, 0) + count
 
     def meta(self) -> dict:
@@ -723,8 +728,8 @@ def _run_baseline(channel: _Channel, job: dict, device: str) -> None:
         # Whether inductor found this model's compiled graph in its cache (Evaluator.prewarm).
         result["compile_cache"] = {name: count for name, count in torch._dynamo.utils.counters["inductor"].items()
                                    if name.startswith("fxgraph_cache")}
-    guard.count_native_calls()
-    guard.TamperCheck(device, "permissive")  # armed as for a candidate
+    count_native_calls()
+    TamperCheck(device, "permissive")  # armed as for a candidate
     if "eager" in config["baselines"]:
         stats, _, _ = _time_model(model, setup, device, config, variants, digest, _Audit("permissive"))
         result["eager"] = _stats_meta(stats)
@@ -896,10 +901,10 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         # first compile patches nn.Module.__init__/__setstate__, which the check would report.
         importlib.import_module("torch._inductor.compile_fx")
         torch._dynamo.mutation_guard.install_generation_tagging_init()
-    guard.count_native_calls()
+    count_native_calls()
     triton_support.count_launches(device, job["candidate_source"])
     paired = _PairedReference(setup, job, device, variants) if job.get("pair_with_reference") else None
-    tamper = guard.TamperCheck(device, policy)  # last thing before candidate code: arms the tripwire
+    tamper = TamperCheck(device, policy)  # last thing before candidate code: arms the tripwire
     started = _perf_counter()
     try:
         module = _load_candidate(job["candidate_source"])
@@ -968,8 +973,8 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
         draw = setup.draw(index)
         inputs = [_clone(v) for v in draw.inputs]
         memory.scrub_freed(device, setup.output_nbytes)
-        recorder = guard.OpRecorder()
-        calls_before = guard.native_call_total()
+        recorder = OpRecorder()
+        calls_before = native_call_total()
         try:
             with torch.no_grad(), recorder:
                 output = model(*handles(inputs))  # the judge's own objects stay out of the candidate's reach
@@ -980,9 +985,9 @@ def _run_eval(channel: _Channel, job: dict, device: str) -> None:
             code, message = _failure(exc, tamper, device, plan, "forward")
             _error(channel, code, message, traceback=traceback.format_exc(limit=8))
             return
-        native_calls += guard.native_call_total() - calls_before
+        native_calls += native_call_total() - calls_before
         for op, count in recorder.ops.items():
-            if not guard.op_is_allowed(op, policy):
+            if not op_is_allowed(op, policy):
                 forbidden[op] = forbidden.get(op, 0) + count
         if early and not all(torch.equal(a, b) for a, b in zip(early, _stream_sample(output, _sample_seed(job, index)))):
             _error(channel, "INCORRECT", "the output was still being written when forward returned: an op on the "
@@ -1097,7 +1102,7 @@ class _PairedReference:
     def time(self, model: Any, stats: Any, audit: _Audit, config: dict,
              switches_changed: Any) -> tuple[dict, list[np.ndarray]]:
         """(the pairing's report, the digests of its calls' outputs: the candidate's, then the
-        reference's). `switches_changed()` (guard.TamperCheck's) is read before the first call and
+        reference's). `switches_changed()` (TamperCheck's) is read before the first call and
         after every call: a global switch the candidate changed never reaches a reference call."""
         if self.model is None:
             return {"skipped": self.error}, []
@@ -1235,7 +1240,7 @@ def worker_main(conn: Any, setup: dict) -> None:
             return
         device_name = "" if setup["role"] == "build" else _init_device(backend, setup.get("cpu_threads"))
         if setup["role"] in ("eval", "baseline"):
-            guard.prescan_code()  # the tripwire's walk of the evaluator's code, done while a spare
+            prescan_code()  # the tripwire's walk of the evaluator's code, done while a spare
         if cuda_first:
             failed += sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
         channel.send("ready", {"device": device_name, "limits_not_applied": failed, "network_isolated": isolated})
