@@ -40,8 +40,12 @@ WATCHED_MODULES = (
     "contextlib", "weakref", "collections", "numpy._core.numeric", "os",
     "torch.library", "torch._C", "torch._ops", "torch.overrides", "torch.backends", "torch.backends.cuda",
     "torch.backends.cudnn", "torch.random", "torch.testing", "torch.utils.cpp_extension",
-    "cuda_gym.native", "cuda_gym.eval.worker",
-    # The guards (this module's kin).
+    "cuda_gym.native",
+    # The worker's own modules (worker.py and the jobs it runs) and the guards (this module's kin).
+    "cuda_gym.eval.worker", "cuda_gym.eval.channel", "cuda_gym.eval.worker_device", "cuda_gym.eval.output_report",
+    "cuda_gym.eval.failures", "cuda_gym.eval.task_setup", "cuda_gym.eval.phase_clock", "cuda_gym.eval.timed_calls",
+    "cuda_gym.eval.candidate_load", "cuda_gym.eval.profiling", "cuda_gym.eval.paired_reference",
+    "cuda_gym.eval.eval_job", "cuda_gym.eval.baseline_job",
     "cuda_gym.eval.op_policy", "cuda_gym.eval.recorder", "cuda_gym.eval.native_calls", "cuda_gym.eval.tripwire",
     "cuda_gym.eval.tamper", "cuda_gym.eval.timing", "cuda_gym.eval.memory",
     "cuda_gym.eval.correctness", "cuda_gym.eval.protocol", "cuda_gym.eval.sandbox", "cuda_gym.eval.result",
@@ -60,7 +64,7 @@ WATCHED_CLASSES = (
     ("cuda_gym.eval.recorder", "_HostReadWatch"), ("cuda_gym.eval.native_calls", "_CountingModule"),
     ("torch.overrides", "TorchFunctionMode"),
     ("cuda_gym.eval.switches", "Switches"), ("cuda_gym.eval.output_digest", "DigestMaker"),
-    ("cuda_gym.eval.worker", "_Channel"), ("cuda_gym.eval.worker", "_TaskSetup"), ("cuda_gym.eval.timing", "Timer"),
+    ("cuda_gym.eval.channel", "Channel"), ("cuda_gym.eval.task_setup", "TaskSetup"), ("cuda_gym.eval.timing", "Timer"),
     ("collections", "Counter"),  # the op recorder counts ops in one
     # Triton's launch paths, where triton_support counts launches (present once it is imported).
     ("triton.runtime.jit", "JITFunction"), ("triton.runtime.interpreter", "InterpretedFunction"),
@@ -181,7 +185,7 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callab
     module_dicts = {name: dict(vars(module)) for name, module in modules.items()}
     # cuda_gym's own constants (UPPER_CASE names: type tuples, limits, sets of names), by identity and,
     # for sets and lists, by content: rebinding one is not a callable change, yet it can change
-    # what a check accepts (worker._PLAIN_TENSORS decides which outputs are checksummed).
+    # what a check accepts (output_report._PLAIN_TENSORS decides which outputs are checksummed).
     content = _container_content
     constants = {name: {key: (value, content(value)) for key, value in vars(module).items() if _is_constant_name(key)}
                  for name, module in modules.items() if name.startswith("cuda_gym")}
