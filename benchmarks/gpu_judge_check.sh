@@ -20,9 +20,9 @@ if [ -n "${HOSTILE:-}" ]; then
 fi
 timeout 120 python3 - > "$OUT/switches_cuda.json" 2> "$OUT/switches_cuda.err" <<'PY'
 import json, torch, torch.nn.functional as F
-from cuda_gym.eval import worker
+from cuda_gym.eval.worker_device import warm_up_kernels
 from cuda_gym.eval.switches import Switches
-worker._warm_up_kernels("cuda")  # as every worker does before its snapshot
+warm_up_kernels("cuda")  # as every worker does before its snapshot
 s = Switches("cuda")
 x = torch.randn(8, 64, 32, 32, device="cuda"); w = torch.randn(64, 64, 3, 3, device="cuda")
 q = torch.randn(4, 8, 256, 64, device="cuda")

@@ -75,7 +75,10 @@ if cpus:
     os.sched_setaffinity(0, cpus)
 from pathlib import Path
 import torch
-from cuda_gym.eval import timing, worker
+from cuda_gym.eval import timing
+from cuda_gym.eval.task_setup import TaskSetup
+from cuda_gym.eval.timed_calls import time_model
+from cuda_gym.eval.worker_device import set_precision, warm_up_kernels
 from cuda_gym.tasks import get_task
 
 backend, setting, task_ids = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3].split(",")
@@ -86,19 +89,19 @@ if backend == "cuda":
     torch.cuda.init()
     capability = torch.cuda.get_device_capability()
     os.environ[timing.HOLD_LIBRARY_ENV] = str(timing.build_hold_library(Path("/tmp/cg-spread-hold"), capability))
-    worker._warm_up_kernels("cuda")
+    warm_up_kernels("cuda")
     timing.prepare_hold()
-worker._set_precision("fp32")
+set_precision("fp32")
 for task_id in task_ids:
     task = get_task(task_id)
     job = {"task_id": task.id, "task_source": task.source, "sizes": task.sizes_for(backend), "seed": 0,
            "config": config}
-    setup = worker._TaskSetup(job, backend)
+    setup = TaskSetup(job, backend)
     setup.prepare_trials(lambda index, outputs: None)
     setup.prepare_timing_sets()
     medians = []
     for _ in range(2):
-        stats, flags, _ = worker._time_model(setup.model, setup, backend, config)
+        stats, flags, _ = time_model(setup.model, setup, backend, config)
         medians.append(stats.median_ms)
     print(json.dumps({"task_id": task_id, "medians_ms": medians, "method": stats.method, "flags": flags}), flush=True)
     del setup

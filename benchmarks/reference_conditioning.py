@@ -1,7 +1,7 @@
 """How far each task's fp32 reference is from the truth, as the judge measures it: the identity
 candidate is evaluated (permissive policy, no baselines) and the verdict's
 `EvalResult.reference_error` is read, the fp32 reference against its float64 twin on every
-correctness draw (`_TaskSetup._measure_reference_error` in cuda_gym/eval/worker.py).
+correctness draw (`TaskSetup._measure_reference_error` in cuda_gym/eval/task_setup.py).
 
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/reference_conditioning.py --levels 2 --max-minutes 20 \\
         --out benchmarks/results/reference_conditioning/cpu-2core/<date>.json [--resume that file]

@@ -1,7 +1,7 @@
 """What the timed calls' output digests need, measured on real reference outputs, and which tasks the
 judge's degenerate detector flags.
 
-For each task, as an eval worker sets it up (`worker._TaskSetup`: the same draws, the same float64
+For each task, as an eval worker sets it up (`task_setup.TaskSetup`: the same draws, the same float64
 measurement of the reference's own rounding error), a correct but differently rounded output is
 made: the reference's float64 twin on draw 0, cast to the output's dtype. It is compared with the
 fp32 reference output twice: whole, as a trial is (`correctness.output_stats`/`judge_stats`, with
@@ -37,7 +37,10 @@ def measure(task, backend: str, secrets: int) -> dict:
     import numpy as np
     import torch
 
-    from cuda_gym.eval import EvalConfig, output_digest, worker
+    from cuda_gym.eval import EvalConfig, output_digest
+    from cuda_gym.eval.output_report import describe_outputs, trial_sample_seed
+    from cuda_gym.eval.task_setup import TaskSetup
+    from cuda_gym.eval.worker_device import set_precision
     from cuda_gym.eval.correctness import degenerate_reason, flatten_outputs, judge_stats, output_stats, tolerance_floor
 
     config = EvalConfig()
@@ -45,12 +48,12 @@ def measure(task, backend: str, secrets: int) -> dict:
            "config": {"correctness_trials": config.correctness_trials, "timing_input_sets": config.timing_input_sets,
                       "precision": config.precision, "device_memory_gb": config.device_memory_gb}}
     device = "cuda" if backend == "cuda" else "cpu"
-    worker._set_precision(config.precision)  # as every worker does (TF32 off under fp32)
-    setup = worker._TaskSetup(job, device)
+    set_precision(config.precision)  # as every worker does (TF32 off under fp32)
+    setup = TaskSetup(job, device)
     samples = []
 
     def describe(index, outputs):
-        arrays, _ = worker._describe(outputs, worker._sample_seed(job, index))
+        arrays, _ = describe_outputs(outputs, trial_sample_seed(job, index))
         samples.append(arrays)
 
     setup.prepare_trials(describe)

@@ -27,7 +27,14 @@ CHILD = r'''
 import json, os, sys, time
 from pathlib import Path
 import torch
-from cuda_gym.eval import guard, output_digest, timing, worker
+from cuda_gym.eval import output_digest, timing
+from cuda_gym.eval.native_calls import count_native_calls
+from cuda_gym.eval.recorder import OpRecorder
+from cuda_gym.eval.tamper import TamperCheck
+from cuda_gym.eval.task_setup import TaskSetup, clone
+from cuda_gym.eval.timed_calls import Audit, reference_digests, time_model
+from cuda_gym.eval.tripwire import prescan_code
+from cuda_gym.eval.worker_device import set_precision, sync, warm_up_kernels
 from cuda_gym.tasks import get_task
 
 task = get_task(sys.argv[1])
@@ -42,11 +49,11 @@ def measure(step, eval_style=False, audit=None):
     started = time.perf_counter()
     digest = output_digest.DigestMaker(12345)
     if eval_style:
-        variants, _ = worker._reference_digests(setup, config, digest)
+        variants, _ = reference_digests(setup, config, digest)
     else:  # the plain input sets in turn, unrotated
         count = config["warmup_reps"] + config["timing_reps"]
         variants = [(k % len(setup.timing_sets), [0] * len(setup.timing_sets[0])) for k in range(count)]
-    stats, flags, _ = worker._time_model(setup.model, setup, backend, config, variants, digest, audit)
+    stats, flags, _ = time_model(setup.model, setup, backend, config, variants, digest, audit)
     rows.append({"step": step, "median_ms": stats.median_ms, "iqr_ms": stats.iqr_ms, "method": stats.method,
                  "reps": stats.reps, "flags": flags, "seconds": round(time.perf_counter() - started, 2)})
 
@@ -54,34 +61,34 @@ if backend == "cuda":
     torch.cuda.init()
     capability = torch.cuda.get_device_capability()
     os.environ[timing.HOLD_LIBRARY_ENV] = str(timing.build_hold_library(Path("/tmp/cg-parity-hold"), capability))
-    worker._warm_up_kernels("cuda")
+    warm_up_kernels("cuda")
     timing.prepare_hold()
-worker._set_precision("fp32")
-setup = worker._TaskSetup(job, backend)
+set_precision("fp32")
+setup = TaskSetup(job, backend)
 setup.prepare_trials(lambda index, outputs: None)
 setup.prepare_timing_sets()
 measure("init, as every worker now (no profiler)")
 measure("baseline style, eval inputs (variants + probe)", eval_style=True)
-guard.prescan_code()
-guard.count_native_calls()
-tamper = guard.TamperCheck(backend, "permissive")
+prescan_code()
+count_native_calls()
+tamper = TamperCheck(backend, "permissive")
 measure("+ prescan_code, TamperCheck armed (audit hook)", eval_style=True)
 measure("+ audits by the dispatch mode alone (the eval worker's timing now)", eval_style=True,
-        audit=worker._Audit("permissive"))
+        audit=Audit("permissive"))
 measure("baseline style, after those audits")
 def recorded_forwards(cross_check):
     for index in range(5):
-        inputs = [worker._clone(v) for v in setup.timing_sets[0]]
-        with torch.no_grad(), guard.OpRecorder(cross_check=cross_check):
+        inputs = [clone(v) for v in setup.timing_sets[0]]
+        with torch.no_grad(), OpRecorder(cross_check=cross_check):
             setup.model(*inputs)
-        worker._sync(backend)
+        sync(backend)
 recorded_forwards(False)
 measure("+ 5 forwards under the recorder's mode alone", eval_style=True)
 recorded_forwards(True)
 measure("+ 5 forwards under the full recorder (all-threads profiler): the trials", eval_style=True)
 if backend == "cuda":
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
-        setup.model(*[worker._clone(v) for v in setup.timing_sets[0]])
+        setup.model(*[clone(v) for v in setup.timing_sets[0]])
         torch.cuda.synchronize()
     measure("+ a CUDA profiler session (the kernel check)", eval_style=True)
 measure("baseline style again, same process")

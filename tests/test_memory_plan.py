@@ -1,6 +1,6 @@
 """The memory plan: a task sized past the budget still gets a correct verdict, a task that cannot fit
 gets TASK_ERROR with its numbers, freed reference outputs are scrubbed, and out-of-memory failures
-are classified (cuda_gym/eval/memory.py, worker.py)."""
+are classified (cuda_gym/eval/memory.py, task_setup.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -9,8 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from cuda_gym.eval import ErrorCode, worker
+from cuda_gym.eval import ErrorCode
+from cuda_gym.eval.failures import is_oom
 from cuda_gym.eval.memory import NotEnoughMemory, plan_memory
+from cuda_gym.eval.output_report import finite
+from cuda_gym.eval.phase_clock import PhaseClock
+from cuda_gym.eval.task_setup import TaskSetup
 from cuda_gym.tasks import get_task, solution_path
 
 MIB = 2**20
@@ -21,9 +25,9 @@ SETUP_CONFIG = {"correctness_trials": 5, "timing_input_sets": 3, "warmup_reps": 
                 "policy": "strict", "baselines": ["eager"], "device_memory_gb": 1}
 
 
-def _cpu_setup(source: str, device_memory_gb: float = 1, **job) -> worker._TaskSetup:
-    """The worker's `_TaskSetup` for task `source` on the CPU; `job` adds job fields (model_copies)."""
-    return worker._TaskSetup({"task_id": "t", "task_source": source, "sizes": {}, "seed": 0, **job,
+def _cpu_setup(source: str, device_memory_gb: float = 1, **job) -> TaskSetup:
+    """The worker's `TaskSetup` for task `source` on the CPU; `job` adds job fields (model_copies)."""
+    return TaskSetup({"task_id": "t", "task_source": source, "sizes": {}, "seed": 0, **job,
                               "config": dict(SETUP_CONFIG, device_memory_gb=device_memory_gb)}, "cpu")
 
 
@@ -78,8 +82,8 @@ def test_a_task_that_cannot_fit_says_how_much_it_needs():
     "DefaultCPUAllocator: can't allocate memory: you tried to allocate 999999999999 bytes",
 ])
 def test_allocation_failures_are_out_of_memory(text):
-    assert worker._is_oom(RuntimeError(text))
-    assert not worker._is_oom(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert is_oom(RuntimeError(text))
+    assert not is_oom(RuntimeError("CUDA error: an illegal memory access was encountered"))
 
 
 def _sizes(cpu_evaluator):
@@ -135,7 +139,7 @@ def test_draws_whose_reference_is_not_finite_fall_back_to_a_plain_shuffle():
     setup.prepare_timing_sets()
     assert setup.distributions == ["task", "shuffled", "shuffled", "scaled_x3", "shuffled"]
     assert setup.fallback == {2, 4, 7} and len(setup.timing_sets) == 3
-    assert all(worker._finite(setup.reference_output(i)) for i in range(8))
+    assert all(finite(setup.reference_output(i)) for i in range(8))
 
 
 @pytest.mark.parametrize("forward", ["torch.nn.functional.smooth_l1_loss(a, b)",  # 0-dim on an input-sized storage
@@ -174,7 +178,7 @@ def test_the_paired_reference_copy_is_dropped_before_the_task_is():
         "def get_inputs():\n    return [torch.randn(64, 1024)]\n"
         "def get_init_inputs():\n    return []\n")
 
-    def setup(copies: int, budget_gb: float) -> worker._TaskSetup:
+    def setup(copies: int, budget_gb: float) -> TaskSetup:
         return _cpu_setup(source, device_memory_gb=budget_gb, model_copies=copies)
 
     weights = 1024 * 1024 * 4
@@ -238,7 +242,7 @@ def test_the_phase_clock_names_the_phase_of_the_peak(monkeypatch):
     monkeypatch.setattr(torch._C, "_cuda_resetPeakMemoryStats", allocator.reset, raising=False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(memory, "peak_meter", None)
-    clock = worker._PhaseClock("cuda")
+    clock = PhaseClock("cuda")
     assert memory.peak_meter is not None  # scrub_freed reports to it
     # Candidate code patching torch.cuda's Python functions changes nothing the clock reads.
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a, **k: "patched")
@@ -260,7 +264,7 @@ def test_the_phase_clock_names_the_phase_of_the_peak(monkeypatch):
     assert meta["peak_gib"] == 40.0 and meta["peak_phase"] == "timing"
     assert meta["phase_peak_gib"] == {"setup": [10.0, 9.0], "timing": [40.0, 20.0], "(current)": [32.0, 28.0]}
     assert meta["peak_allocated_gib"] == 28.0  # the live tensors' peak, in the phase still running
-    assert worker._PhaseClock("cpu").memory_meta() == {} and memory.peak_meter is None
+    assert PhaseClock("cpu").memory_meta() == {} and memory.peak_meter is None
     # The evaluator keeps them in the result's device_memory, beside the plan.
     from cuda_gym.eval import EvalConfig, EvalResult
     from cuda_gym.eval.judgement import Judgement
@@ -305,7 +309,7 @@ def test_the_phase_clock_runs_without_the_allocator_statistics(monkeypatch):
     monkeypatch.delattr(torch._C, "_cuda_memoryStats", raising=False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a, **k: 3 * 2**30)
-    clock = worker._PhaseClock("cuda")
+    clock = PhaseClock("cuda")
     clock.mark("setup")
     assert clock.memory_meta() == {"peak_gib": 3.0} and memory.peak_meter is None
 

@@ -1,4 +1,4 @@
-"""The strict policy by data flow (guard.OpRecorder): PyTorch compute on constants (tensors the forward
+"""The strict policy by data flow (OpRecorder): PyTorch compute on constants (tensors the forward
 made from literals or shapes, and what comes from them alone) is allowed; compute, copies, casts and
 moves of the task's data (inputs, parameters, buffers and what comes from them) are FORBIDDEN, with a
 key that names the op, the argument and where its task data came from.
@@ -20,7 +20,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._python_dispatch import _disable_current_modes
 
-from cuda_gym.eval import ErrorCode, guard
+from cuda_gym.eval import ErrorCode, native_calls
+from cuda_gym.eval import recorder as recorder_module
+from cuda_gym.eval.op_policy import op_is_allowed
+from cuda_gym.eval.recorder import OpRecorder
 from cuda_gym.native import load_kernels
 from cuda_gym.tasks import get_task
 from cuda_gym.tasks.task import task_from_file
@@ -42,18 +45,18 @@ class Forward(nn.Module):
         return self.fn(self, x)
 
 
-def record(fn, x=None) -> guard.OpRecorder:
+def record(fn, x=None) -> OpRecorder:
     """Runs `fn(module, x)` as a module's forward under the recorder, as the worker does."""
     model = Forward(fn)
     x = torch.randn(2, 4) if x is None else x
-    recorder = guard.OpRecorder()
+    recorder = OpRecorder()
     with torch.no_grad(), recorder:
         model(x)
     return recorder
 
 
-def forbidden(recorder: guard.OpRecorder) -> list[str]:
-    return sorted(op for op in recorder.ops if not guard.op_is_allowed(op, "strict"))
+def forbidden(recorder: OpRecorder) -> list[str]:
+    return sorted(op for op in recorder.ops if not op_is_allowed(op, "strict"))
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +275,7 @@ def test_constants_made_and_moved_inside_an_extension_call_pass():
         m = torch.full((2,), -math.inf).to(torch.float64)
         return torch.empty_like(x), l, m
 
-    extension = guard._CountingModule(type("Extension", (), {"forward": staticmethod(forward_in_cpp)}))
+    extension = native_calls._CountingModule(type("Extension", (), {"forward": staticmethod(forward_in_cpp)}))
 
     def fn(self, x):
         early = torch.ones(2)
@@ -285,7 +288,7 @@ def test_constants_made_and_moved_inside_an_extension_call_pass():
         "aten::_to_copy on input 0 (task data: a constant made before a call into native code returned)",  # l
         "aten::_to_copy on input 0 (task data: a constant made before a call into native code)",  # early
     ], forbidden(recorder)
-    assert guard._inside_extension == [0]
+    assert native_calls.inside_extension == [0]
 
 
 def scripted(source: str):
@@ -307,7 +310,7 @@ def forward(x: Tensor):
     m = torch.full([x.shape[0]], -1e30).to(torch.float64)
     return l, m
 """)
-    extension = guard._CountingModule(type("Extension", (), {"forward": staticmethod(cpp)}))
+    extension = native_calls._CountingModule(type("Extension", (), {"forward": staticmethod(cpp)}))
     recorder = record(lambda self, x: extension.forward(x))
     assert forbidden(recorder) == []
     assert recorder.constant_ops["aten::_to_copy"] == 2
@@ -319,7 +322,7 @@ def test_cpp_inside_an_extension_call_still_may_not_compute_on_task_data():
 def forward(x: Tensor, w: Tensor):
     return x.to(torch.float64), torch.nn.functional.gelu(w)
 """)
-    extension = guard._CountingModule(type("Extension", (), {"forward": staticmethod(cpp)}))
+    extension = native_calls._CountingModule(type("Extension", (), {"forward": staticmethod(cpp)}))
     assert forbidden(record(lambda self, x: extension.forward(x, self.linear.weight))) == [
         "aten::_to_copy on input 0 (task data: forward input x)",
         "aten::gelu on input 0 (task data: parameter linear.weight)"]
@@ -378,7 +381,7 @@ def test_is_active_reports_a_rebound_recorder(tamper):
     worker reports the recording as not intact."""
     from collections import Counter
 
-    recorder = guard.OpRecorder()
+    recorder = OpRecorder()
     x = torch.randn(2, 4)
     with torch.no_grad(), recorder:
         Forward(lambda self, x: x)(x)
@@ -391,7 +394,7 @@ def test_is_active_reports_a_rebound_recorder(tamper):
         elif tamper == "marks":
             recorder._marks._marks = {}
         elif tamper == "watch":
-            recorder._watch.recorder = guard.OpRecorder()
+            recorder._watch.recorder = OpRecorder()
         active = recorder.is_active()
         if tamper == "popped":
             with _disable_current_modes():
@@ -420,21 +423,21 @@ def test_forward_hook_is_gone_before_the_forward_runs():
 
 # ------------------------------------------------------------------------------------ op_is_allowed
 def test_op_is_allowed_judges_recorder_keys():
-    assert guard.op_is_allowed("aten::zeros", "strict")
-    assert guard.op_is_allowed("mylib::kernel", "strict")
-    assert guard.op_is_allowed("profiler::_record_function_enter_new", "strict")
-    assert not guard.op_is_allowed("aten::mm", "strict")
-    assert not guard.op_is_allowed("aten::_to_copy on input 0 (task data: forward input x)", "strict")
-    assert not guard.op_is_allowed("quantized::linear_dynamic", "strict"), "PyTorch's own namespaces"
-    assert guard.op_is_allowed("aten::mm on input 0 (task data: forward input x)", "permissive")
+    assert op_is_allowed("aten::zeros", "strict")
+    assert op_is_allowed("mylib::kernel", "strict")
+    assert op_is_allowed("profiler::_record_function_enter_new", "strict")
+    assert not op_is_allowed("aten::mm", "strict")
+    assert not op_is_allowed("aten::_to_copy on input 0 (task data: forward input x)", "strict")
+    assert not op_is_allowed("quantized::linear_dynamic", "strict"), "PyTorch's own namespaces"
+    assert op_is_allowed("aten::mm on input 0 (task data: forward input x)", "permissive")
 
 
 def test_storage_marks_hold_only_while_the_storage_lives():
-    marks = guard._StorageMarks()
+    marks = recorder_module._StorageMarks()
     tensor = torch.zeros(4)
     storage = tensor.untyped_storage()
-    marks.set(storage, guard._CONSTANT)
-    assert marks.get(tensor[1:].untyped_storage()) == guard._CONSTANT  # views share the mark
+    marks.set(storage, recorder_module._CONSTANT)
+    assert marks.get(tensor[1:].untyped_storage()) == recorder_module._CONSTANT  # views share the mark
     key = storage._cdata
     del tensor, storage
     assert marks._marks[key][0]() is None  # dead: a new storage at this address gets no mark
@@ -443,7 +446,7 @@ def test_storage_marks_hold_only_while_the_storage_lives():
     for t in kept:
         marks.set(t.untyped_storage(), "forward input x")
     for _ in range(5000):  # short-lived storages: their entries are purged, the live ones kept
-        marks.set(torch.zeros(1).untyped_storage(), guard._CONSTANT)
+        marks.set(torch.zeros(1).untyped_storage(), recorder_module._CONSTANT)
     assert len(marks._marks) < 2100
     assert all(marks.get(t.untyped_storage()) == "forward input x" for t in kept)
 
@@ -464,10 +467,10 @@ def test_a_constant_mark_after_closing_is_task_data():
     someone other than the recorder, and does not make compute on it allowed."""
     def fn(self, x):
         n = float(x[0, 0])  # task data read to the host: closes
-        recorder._marks.set(torch.Tensor.untyped_storage(x), guard._CONSTANT)  # as a tamperer would
+        recorder._marks.set(torch.Tensor.untyped_storage(x), recorder_module._CONSTANT)  # as a tamperer would
         return F.gelu(x) + n
 
-    recorder = guard.OpRecorder()
+    recorder = OpRecorder()
     with torch.no_grad(), recorder:
         Forward(fn)(torch.randn(2, 4))
     keys = forbidden(recorder)

@@ -1,22 +1,25 @@
-"""guard._make_checker in this process (no tripwire armed): what its object and registry checks
+"""tamper._make_checker in this process (no tripwire armed): what its object and registry checks
 report. The hostile catalogue (test_hostile.py) covers the same through whole evaluations."""
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import traceback
 import types
 
 import pytest
 import torch
 
-from cuda_gym.eval import guard
+from cuda_gym.eval import tamper
+from cuda_gym.eval.recorder import OpRecorder
 from cuda_gym.eval.switches import Switches
 
 
 def _checker(monkeypatch, objects):
-    monkeypatch.setattr(guard, "WATCHED_OBJECTS", objects)
-    return guard._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
+    monkeypatch.setattr(tamper, "WATCHED_OBJECTS", objects)
+    return tamper._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
 
 
 def test_a_watched_object_replaced_is_reported_and_a_missing_one_is_not(monkeypatch):
@@ -37,9 +40,43 @@ def test_tensor_as_a_pytree_node_and_a_dispatch_rule_for_a_cuda_gym_class_are_re
     assert changes() == ["torch.utils._pytree.SUPPORTED_NODES[Tensor]"]
     monkeypatch.delitem(pytree.SUPPORTED_NODES, torch.Tensor)
     rules = singleton.find("aten::gelu").torch_dispatch_rules
-    monkeypatch.setitem(vars(rules)["_data"], guard.OpRecorder, lambda *args: None)
+    monkeypatch.setitem(vars(rules)["_data"], OpRecorder, lambda *args: None)
     assert changes() == ["a torch dispatch rule for OpRecorder on aten::gelu"]
 
+
+# cuda_gym modules a worker process imports whose dicts TamperCheck leaves alone: packages, the task
+# readers, and code that runs only before the snapshot (the fork server's preload, fastbuild, candidate
+# parsing) or for the reward.
+UNWATCHED_WORKER_MODULES = {
+    "cuda_gym", "cuda_gym.buildlock", "cuda_gym.envs", "cuda_gym.envs.registration", "cuda_gym.eval",
+    "cuda_gym.eval.candidate", "cuda_gym.eval.fastbuild", "cuda_gym.eval.inline_split", "cuda_gym.eval.preload",
+    "cuda_gym.eval.reward",
+    "cuda_gym.tasks", "cuda_gym.tasks.kernelbench", "cuda_gym.tasks.ops6k", "cuda_gym.tasks.suites",
+    "cuda_gym.tasks.synth", "cuda_gym.tasks.task",
+}
+
+
+def test_every_cuda_gym_module_a_worker_imports_is_watched_or_named_as_unwatched():
+    # A module split off a watched one must be watched too: `_make_checker` skips a listed module
+    # that is not imported and watches nothing of a module that is not listed.
+    code = ("import sys, cuda_gym.eval.worker, cuda_gym.eval.preload\n"
+            "print('\\n'.join(sorted(n for n in sys.modules if n.startswith('cuda_gym'))))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split())
+    watched = {name for name in tamper.WATCHED_MODULES if name.startswith("cuda_gym")}
+    assert watched <= loaded, f"watched but never imported by a worker: {sorted(watched - loaded)}"
+    assert loaded - watched == UNWATCHED_WORKER_MODULES, (
+        f"add to tamper.WATCHED_MODULES (or, if nothing the checks call lives there, to UNWATCHED_WORKER_MODULES): "
+        f"{sorted(loaded - watched - UNWATCHED_WORKER_MODULES)}; no longer imported: "
+        f"{sorted(UNWATCHED_WORKER_MODULES - loaded)}")
+
+
+def test_every_watched_cuda_gym_class_exists():
+    import importlib
+
+    for module_name, class_name in tamper.WATCHED_CLASSES:
+        if module_name.startswith("cuda_gym"):
+            assert isinstance(getattr(importlib.import_module(module_name), class_name, None), type), (
+                f"{module_name}.{class_name} is watched but does not exist: the watch skips it")
 
 # One flip per class of global switch (switches.py finds them; none is listed by hand). Each runs in
 # a forked child: torch refuses to read some flags again once its legacy and new precision APIs
@@ -126,9 +163,9 @@ def test_tritons_llvm_handlers_are_not_a_change_and_a_candidates_handler_is(tmp_
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # a cached kernel would not run LLVM
 
     def check():
-        read = guard._native_signal_reader([signal.SIGHUP, signal.SIGTERM, signal.SIGSEGV, signal.SIGUSR2])
+        read = tamper._native_signal_reader([signal.SIGHUP, signal.SIGTERM, signal.SIGSEGV, signal.SIGUSR2])
         before = read()
-        changes = guard._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
+        changes = tamper._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
         source = triton.compiler.ASTSource(fn=double, signature={"x": "*fp32", "y": "*fp32", "n": "constexpr"},
                                            constexprs={"n": 16})
         triton.compile(source, target=GPUTarget("cuda", 90, 32))

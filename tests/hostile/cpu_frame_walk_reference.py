@@ -4,7 +4,7 @@ locals; the forward returns a copy of the matching reference output (native memc
 
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
-DEFENCE: guard.Tripwire (audit hook) denies sys._getframe / traceback.tb_frame / gi_frame /
+DEFENCE: tripwire.Tripwire (audit hook) denies sys._getframe / traceback.tb_frame / gi_frame /
     cr_frame to candidate code and records it; the verdict is FORBIDDEN even if the candidate
     catches the error and falls back to honest compute.
 """

@@ -6,7 +6,7 @@ search fails.
 
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
-DEFENCE: an audit hook (guard.Tripwire) installed before the candidate loads denies
+DEFENCE: an audit hook (tripwire.Tripwire) installed before the candidate loads denies
     gc.get_objects / get_referrers / get_referents and frame introspection to candidate code and
     records the attempt; TamperCheck reports it and the verdict is FORBIDDEN even when the
     candidate catches the error. Timed calls also use secret input variants whose reference

@@ -3,7 +3,7 @@ are not computed yet (after a decoy native call with no work). The real GELU run
 `__iter__`, the first time the judge iterates the outputs: `correctness.flatten_outputs` does
 `isinstance(output, (tuple, list))` and then `for item in output`, which calls the subclass's
 `__iter__`. That happens in the timer's checksum (output_digest, after the clock stopped) and in
-the trials' `_describe` (after the op recorder and the native-call count are closed), so every
+the trials' `describe_outputs` (after the op recorder and the native-call count are closed), so every
 check sees the right values while every timed call costs a list construction.
 
 TASK: builtin/L1/gelu

@@ -6,7 +6,7 @@ DEFENCE: TamperCheck reads the dispatch-rule registry's entries and reports any 
 """
 import torch
 import torch.nn as nn
-from cuda_gym.eval.guard import OpRecorder
+from cuda_gym.eval.recorder import OpRecorder
 from cuda_gym.native import load_kernels
 
 _lib = load_kernels(cpp=r"""

@@ -6,7 +6,7 @@ try/except, so refusals alone do not stop the forward. A decoy native call satis
 
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
-DEFENCE: the original accessor lives only in a gate generator's frame (`guard._mode_stack_gate`):
+DEFENCE: the original accessor lives only in a gate generator's frame (`tripwire._mode_stack_gate`):
     `gi_frame` is a frame request the tripwire denies, and the caller check runs inside the
     generator, so a direct `send` from candidate code is refused too; both are recorded.
 """

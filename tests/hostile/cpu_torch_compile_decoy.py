@@ -5,7 +5,7 @@ decoy native call so that "the candidate's own code ran".
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
 DEFENCE: under the strict policy the eval worker denies TorchDynamo (its frame-evaluation hook is
-    replaced by guard.Tripwire, and the attempt is recorded): FORBIDDEN. (Also, inductor's
+    replaced by tripwire.Tripwire, and the attempt is recorded): FORBIDDEN. (Also, inductor's
     generated code would still call some ATen ops that the recorder sees.)
 """
 import torch

@@ -8,7 +8,7 @@ in place of the reference's matrix product. Its outputs are correct, so the dige
 TASK: builtin/L2/matmul_row_sum
 EXPECTED: FORBIDDEN
 DEFENCE: under the strict policy the tripwire gates `_len_torch_dispatch_stack` and the other
-    getters that tell a mode or the profiler is active (guard._MODE_STACK_ACCESS): the first call
+    getters that tell a mode or the profiler is active (tripwire._MODE_STACK_ACCESS): the first call
     is recorded and FORBIDDEN. The op recorder sets torch's module flags
     (`profiler._is_profiler_enabled`, `_python_dispatch._is_in_torch_dispatch_mode`, ...) back to
     their unrecorded values, so a fallback keyed on those alone runs PyTorch in the trials, where

@@ -1,5 +1,5 @@
 """Widening the worker's list of plain tensor types: the lazy subclass of
-cpu_lazy_tensor_subclass.py is added to `cuda_gym.eval.worker._PLAIN_TENSORS` (a tuple, so a
+cpu_lazy_tensor_subclass.py is added to `cuda_gym.eval.output_report._PLAIN_TENSORS` (a tuple, so a
 rebinding, not a changed callable), so that the worker would take it for a plain output and
 checksum it instead of rejecting it.
 
@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import cuda_gym.eval.worker as _worker
+import cuda_gym.eval.output_report as _report
 from cuda_gym.native import load_kernels
 
 _lib = load_kernels(
@@ -42,7 +42,7 @@ class Deferred(torch.Tensor):
             return func(*args, **kwargs)
 
 
-_worker._PLAIN_TENSORS = (*_worker._PLAIN_TENSORS, Deferred)
+_report._PLAIN_TENSORS = (*_report._PLAIN_TENSORS, Deferred)
 
 
 class ModelNew(nn.Module):

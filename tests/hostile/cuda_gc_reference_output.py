@@ -4,7 +4,7 @@ trials run in order), copied with cudaMemcpyAsync, and computes honestly otherwi
 
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
-DEFENCE: guard.Tripwire denies gc.get_objects to candidate code and records the attempt.
+DEFENCE: tripwire.Tripwire denies gc.get_objects to candidate code and records the attempt.
 """
 import gc
 

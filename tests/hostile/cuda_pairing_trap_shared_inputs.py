@@ -1,5 +1,5 @@
 """Slowing the paired reference through the input tensors it shares with the candidate (CUDA,
-where the host pairing is on by default): `_PairedReference.time` hands the candidate and the
+where the host pairing is on by default): `PairedReference.time` hands the candidate and the
 fresh reference instance the SAME live input tensor objects, and the pairing's median per-pair
 ratio becomes the speedup. The honest solution's kernel, plus: at the end of each forward the
 candidate reassigns `x.__class__` to a tensor subclass whose `__torch_function__` runs each op the
