@@ -6,7 +6,7 @@
   by the workers, writable inside their sandbox) and turns CuPy's CUB accelerator off, so that
   CuPy's own reductions run in kernels named by CuPy (`library_kernels` tells them by name).
 - Worker side: `count_launches()` (before the tamper check's snapshot, beside
-  `guard.count_native_calls`) imports CuPy for a candidate that imports it and replaces
+  `native_calls.count_native_calls`) imports CuPy for a candidate that imports it and replaces
   `cupy.RawKernel` and `cupy.RawModule` with subclasses whose launches count as calls of the
   candidate's own native code (`native.CALL_COUNTS["cupy:<kernel>"]`) and go on torch's current
   stream whatever CuPy stream is current, so the race check and the timer see them as they see
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import native
-from . import guard
+from . import native_calls
 from .candidate import uses_cupy
 
 LAUNCH_PREFIX = "cupy:"  # the key prefix of CuPy launches in cuda_gym.native.CALL_COUNTS
@@ -131,12 +131,12 @@ def _launch(kernel: Any, call: Any, name: str, first: bool, args: tuple, kwargs:
 
     native.CALL_COUNTS[f"{LAUNCH_PREFIX}{name}"] += 1
     started = _perf_counter()
-    guard._inside_extension[0] += 1
+    native_calls.inside_extension[0] += 1
     try:
         with _torch_stream(cupy):
             return call(kernel, *args, **kwargs)
     finally:
-        guard._inside_extension[0] -= 1
+        native_calls.inside_extension[0] -= 1
         if first:
             _COMPILED["seconds"] += _perf_counter() - started
             _COMPILED["compiles"] += 1

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import fastbuild, memory, output_digest, triton_support
+from . import cupy_support, fastbuild, memory, output_digest, triton_support
 from .candidate_load import load_candidate
 from .channel import Channel, send_error
 from .failures import candidate_failure, classify_load_error, is_cuda_error, reference_failed
@@ -85,8 +85,9 @@ def run_eval(channel: Channel, job: dict, device: str) -> None:
         torch._dynamo.mutation_guard.install_generation_tagging_init()
     count_native_calls()
     triton_support.count_launches(device, job["candidate_source"])
+    cupy_support.count_launches(device, job["candidate_source"])
     paired = PairedReference(setup, job, device, variants) if job.get("pair_with_reference") else None
-    tamper = TamperCheck(device, policy)  # last thing before candidate code: arms the tripwire
+    tamper = TamperCheck(device, policy, setup.namespace)  # last thing before candidate code: arms the tripwire
     started = _perf_counter()
     try:
         module = load_candidate(job["candidate_source"])
@@ -209,7 +210,7 @@ def run_eval(channel: Channel, job: dict, device: str) -> None:
         del output, reference
 
     checks = {"forbidden_ops": forbidden, "native_calls": native_calls, "tampered": tamper.changes(), "flags": flags,
-              "triton": triton_support.report()}
+              "triton": triton_support.report(), "cupy": cupy_support.report()}
     channel.send("checks", checks)
     if device == "cuda":
         clock.mark("trials")

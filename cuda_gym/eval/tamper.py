@@ -50,7 +50,7 @@ WATCHED_MODULES = (
     "cuda_gym.eval.tamper", "cuda_gym.eval.timing", "cuda_gym.eval.memory",
     "cuda_gym.eval.correctness", "cuda_gym.eval.protocol", "cuda_gym.eval.sandbox", "cuda_gym.eval.result",
     "cuda_gym.eval.config", "cuda_gym.eval.output_digest", "cuda_gym.eval.switches", "cuda_gym.eval.host_memory",
-    "cuda_gym.eval.triton_support", "cuda_gym.eval.timed_inputs",
+    "cuda_gym.eval.triton_support", "cuda_gym.eval.timed_inputs", "cuda_gym.eval.cupy_support",
 )
 # (module, class name) pairs whose class dict is snapshotted (every method, not a chosen few).
 WATCHED_CLASSES = (
@@ -59,6 +59,7 @@ WATCHED_CLASSES = (
     ("multiprocessing.connection", "Connection"), ("json", "JSONEncoder"), ("json", "JSONDecoder"),
     ("cuda_gym.native", "NativeFunction"), ("cuda_gym.native", "KernelLibrary"),
     ("cuda_gym.eval.timed_inputs", "TimedLoader"), ("cuda_gym.eval.timed_inputs", "TimedInputs"),
+    ("cuda_gym.eval.timed_inputs", "CheckedDigest"), ("cuda_gym.eval.timing", "ProbedChecksum"),
     ("cuda_gym.eval.recorder", "OpRecorder"), ("cuda_gym.eval.tamper", "TamperCheck"),
     ("cuda_gym.eval.tripwire", "Tripwire"), ("cuda_gym.eval.recorder", "_StorageMarks"),
     ("cuda_gym.eval.recorder", "_HostReadWatch"), ("cuda_gym.eval.native_calls", "_CountingModule"),
@@ -69,6 +70,8 @@ WATCHED_CLASSES = (
     # Triton's launch paths, where triton_support counts launches (present once it is imported).
     ("triton.runtime.jit", "JITFunction"), ("triton.runtime.interpreter", "InterpretedFunction"),
     ("triton.runtime.interpreter", "GridExecutor"), ("triton.runtime.autotuner", "Autotuner"),
+    # CuPy's launch classes as cupy_support replaced them (present once a CuPy candidate imported cupy).
+    ("cupy", "RawKernel"), ("cupy", "RawModule"),
 )
 # (module, attribute) pairs whose object must stay the same one: instances and dicts the checks go
 # through, which the module watch above does not compare (it compares callables, modules and classes).
@@ -177,10 +180,18 @@ def _trusted_handler_test() -> Callable[[int], bool]:
     return trusted_handler
 
 
-def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callable[[], list[str]]:
+def _make_checker(device: str, tripwire: Tripwire, switches: Switches,
+                  task_namespace: dict | None = None) -> Callable[[], list[str]]:
     """A closure that compares the process with the state captured now. Everything it calls is
     captured here, so rebinding module attributes, builtins or class methods later cannot change
-    what it does; it is reachable only through the worker's own frame."""
+    what it does; it is reachable only through the worker's own frame. `task_namespace`: the
+    task's module namespace (not in sys.modules), watched name by name, with the dicts of the
+    classes it defines (the reference Model): the timed draws, the reference's forward and the
+    paired reference look their names up there."""
+    task_values = dict(task_namespace or {})
+    task_classes = {f"<task>.{key}": value for key, value in task_values.items()
+                    if isinstance(value, type) and value.__module__ == task_values.get("__name__")}
+    task_class_dicts = {name: dict(vars(cls)) for name, cls in task_classes.items()}
     modules = {name: sys.modules[name] for name in WATCHED_MODULES if name in sys.modules}
     module_dicts = {name: dict(vars(module)) for name, module in modules.items()}
     # cuda_gym's own constants (UPPER_CASE names: type tuples, limits, sets of names), by identity and,
@@ -284,6 +295,15 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches) -> Callab
             for key in make_set(now) | make_set(before):
                 if now.get(key, missing) is not before.get(key, missing):
                     changed.append(f"{name}.{key}")
+        if task_namespace is not None:
+            for key in make_set(task_namespace) | make_set(task_values):
+                if task_namespace.get(key, missing) is not task_values.get(key, missing):
+                    changed.append(f"the task's namespace: {key}")
+            for name, cls in items(task_classes):
+                now, before = get_vars(cls), task_class_dicts[name]
+                for key in make_set(now) | make_set(before):
+                    if now.get(key, missing) is not before.get(key, missing):
+                        changed.append(f"{name}.{key}")
         for name, (owner, attribute, value) in items(objects):
             if get_attribute(owner, attribute, missing) is not value:
                 changed.append(name)
@@ -352,7 +372,7 @@ class TamperCheck:
     """Arms the tripwire, snapshots the process and exposes `changes()` (an instance attribute, so
     patching the class later changes nothing). Create it right before loading the candidate."""
 
-    def __init__(self, device: str, policy: str = "strict"):
+    def __init__(self, device: str, policy: str = "strict", task_namespace: dict | None = None):
         self.device = device
         count_native_calls()  # its own module rebinding happens before the snapshot
         settle_monitor = getattr(torch.autograd.profiler, "_maybe_cupti_monitor", None)
@@ -363,6 +383,6 @@ class TamperCheck:
         if policy == "strict":
             tripwire.deny_dynamo()
             tripwire.deny_mode_access()
-        self.changes: Callable[[], list[str]] = _make_checker(device, tripwire, switches)
+        self.changes: Callable[[], list[str]] = _make_checker(device, tripwire, switches, task_namespace)
         # The global switches alone (switches.py): cheap enough to read after every paired call.
         self.switches_changed: Callable[[], list[str]] = switches.changed

@@ -14,11 +14,11 @@ correctness trials, whose draws were made before the candidate loaded) it comput
 a native kernel.
 
 TASK: builtin/L1/gelu
-EXPECTED: OK_NOT_FASTER
-DEFENCE (wanted): the task namespace (and the functions the draw calls) out of the candidate's
-    reach, or in the tamper check's snapshot (namespace["torch"] rebound is a change), or the
-    timed draws made from a copy of `get_inputs` with its own globals taken before the candidate
-    loads.
+EXPECTED: FORBIDDEN
+DEFENCE: the tamper check watches the task's namespace name by name and the dicts of the classes
+    it defines ("the task's namespace: torch"); the timed draws also run `get_inputs` on a private
+    copy of its globals taken before the candidate loads, so the proxy reaches no draw. Before:
+    OK, reward 3, x354 vs eager (default config).
 """
 import types
 

@@ -6,7 +6,7 @@ stopped and before the output is read (the digest reads /proc/self/smaps first).
 the output with an honest native GELU, then puts SIGALRM back to SIG_DFL with `signal.signal`.
 The tamper check compares `signal.getsignal` and the native disposition only at the end of each
 phase: by then both are back (the native flags differ, but a SIG_DFL disposition is accepted
-whatever its flags: `guard._trusted_handler_test`).
+whatever its flags: `tamper._trusted_handler_test`).
 
 TASK: builtin/L1/gelu
 EXPECTED: INCORRECT
