@@ -50,7 +50,7 @@ def test_tensor_as_a_pytree_node_and_a_dispatch_rule_for_a_cuda_gym_class_are_re
 UNWATCHED_WORKER_MODULES = {
     "cuda_gym", "cuda_gym.buildlock", "cuda_gym.envs", "cuda_gym.envs.registration", "cuda_gym.eval",
     "cuda_gym.eval.candidate", "cuda_gym.eval.fastbuild", "cuda_gym.eval.inline_split", "cuda_gym.eval.preload",
-    "cuda_gym.eval.reward",
+    "cuda_gym.eval.reward", "cuda_gym.eval.interface",  # the Evaluator protocol: nothing a check calls
     "cuda_gym.tasks", "cuda_gym.tasks.kernelbench", "cuda_gym.tasks.ops6k", "cuda_gym.tasks.suites",
     "cuda_gym.tasks.synth", "cuda_gym.tasks.task",
 }
