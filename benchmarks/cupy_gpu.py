@@ -25,12 +25,14 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from first_call import first_call_seconds as cold_first_call  # noqa: E402
 FORMS = ("cupy", "native", "load_inline")
 # KernelBench-form (load_inline) candidates of the CuPy-solved tasks, in the repository.
 LOAD_INLINE = {
@@ -39,36 +41,6 @@ LOAD_INLINE = {
     "builtin/L2/bias_scale_sigmoid": ROOT / "tests" / "inline_candidates" / "bias_scale_sigmoid_struct.py",
 }
 
-# Runs in a fresh process: build the candidate module, make the model, run the first forward.
-_FIRST_CALL = r'''
-import json, sys, time, types, linecache
-import torch
-from cuda_gym.tasks import get_task
-from cuda_gym.tasks.task import load_task_namespace
-task_id, path, backend = sys.argv[1:4]
-task = get_task(task_id)
-namespace = load_task_namespace(task.source, task.sizes_for(backend), task.id)
-torch.manual_seed(0)
-inputs = [x.to(backend) if isinstance(x, torch.Tensor) else x for x in namespace["get_inputs"]()]
-init = namespace["get_init_inputs"]()
-source = open(path).read()
-def sync():
-    if backend == "cuda":
-        torch.cuda.synchronize()
-sync()
-started = time.perf_counter()
-module = types.ModuleType("candidate")
-linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)
-exec(compile(source, path, "exec"), module.__dict__)
-built = time.perf_counter()
-with torch.device(backend):
-    model = module.ModelNew(*init).to(backend).eval()
-with torch.no_grad():
-    model(*inputs)
-sync()
-done = time.perf_counter()
-print(json.dumps({"build_s": built - started, "first_call_s": done - built, "total_s": done - started}))
-'''
 
 
 def form_paths(task, backend: str) -> dict[str, Path]:
@@ -107,11 +79,7 @@ def cold_env(cold: str) -> dict[str, str]:
 def first_call_seconds(task_id: str, path: Path, backend: str) -> dict:
     """One cold measurement: a fresh process, empty caches."""
     with tempfile.TemporaryDirectory(prefix="cuda_gym_cupy_latency_") as cold:
-        proc = subprocess.run([sys.executable, "-c", _FIRST_CALL, task_id, str(path), backend], env=cold_env(cold),
-                              capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        return {"error": proc.stderr[-1500:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        return cold_first_call(task_id, path, backend, cold_env(cold))
 
 
 def medians(samples: list[dict]) -> dict:

@@ -22,43 +22,15 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-# Runs in a fresh process: build the candidate module, make the model, run the first forward.
-_FIRST_CALL = r'''
-import json, sys, time, types, linecache
-import torch
-from cuda_gym.tasks import get_task
-from cuda_gym.tasks.task import load_task_namespace
-task_id, path, backend = sys.argv[1:4]
-task = get_task(task_id)
-namespace = load_task_namespace(task.source, task.sizes_for(backend), task.id)
-torch.manual_seed(0)
-inputs = [x.to(backend) if isinstance(x, torch.Tensor) else x for x in namespace["get_inputs"]()]
-init = namespace["get_init_inputs"]()
-source = open(path).read()
-def sync():
-    if backend == "cuda":
-        torch.cuda.synchronize()
-sync()
-started = time.perf_counter()
-module = types.ModuleType("candidate")
-linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)
-exec(compile(source, path, "exec"), module.__dict__)
-built = time.perf_counter()
-with torch.device(backend):
-    model = module.ModelNew(*init).to(backend).eval()
-with torch.no_grad():
-    model(*inputs)
-sync()
-done = time.perf_counter()
-print(json.dumps({"build_s": built - started, "first_call_s": done - built, "total_s": done - started}))
-'''
+from first_call import first_call_seconds as cold_first_call  # noqa: E402
+
 
 
 def judge_solutions(backend: str, tasks: list, cache_dir: str) -> list[dict]:
@@ -86,11 +58,7 @@ def first_call_seconds(task_id: str, path: Path, backend: str) -> dict:
                    TORCH_EXTENSIONS_DIR=f"{cold}/inline")
         if backend == "cpu":
             env["TRITON_INTERPRET"] = "1"
-        proc = subprocess.run([sys.executable, "-c", _FIRST_CALL, task_id, str(path), backend], env=env,
-                              capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        return {"error": proc.stderr[-1500:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        return cold_first_call(task_id, path, backend, env)
 
 
 def latency(backend: str, tasks: list, repeats: int, rows: list, save) -> None:

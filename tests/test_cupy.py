@@ -249,21 +249,3 @@ def test_gpu_benchmark_plans_every_form_in_a_dry_run(tmp_path):
     refused = subprocess.run([sys.executable, str(root / "benchmarks" / "cupy_gpu.py"), "--backend", "cpu",
                               "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and "GPU only" in refused.stderr
-
-
-def test_gpu_benchmark_summary_takes_medians_over_measured_tasks():
-    import importlib.util as util
-    from pathlib import Path
-
-    spec = util.spec_from_file_location("cupy_gpu", Path(__file__).resolve().parents[1] / "benchmarks" / "cupy_gpu.py")
-    bench = util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    rows = [{"task_id": "a", "cupy": bench.medians([{"total_s": 0.2, "build_s": 0.0, "first_call_s": 0.2},
-                                                     {"error": "x"}, {"total_s": 0.4, "build_s": 0.0, "first_call_s": 0.4}]),
-             "native": {"median_total_s": 1.5}},
-            {"task_id": "b", "cupy": {"median_total_s": 0.1}, "native": {"median_total_s": None},
-             "load_inline": {"median_total_s": 55.0}}]
-    assert rows[0]["cupy"]["median_total_s"] == pytest.approx(0.3)
-    assert bench.summary(rows) == {"cupy": {"tasks": 2, "median_total_s": pytest.approx(0.2)},
-                                   "native": {"tasks": 1, "median_total_s": 1.5},
-                                   "load_inline": {"tasks": 1, "median_total_s": 55.0}}

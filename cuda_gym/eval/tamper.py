@@ -271,6 +271,10 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches,
     events = tripwire.events
     missing = object()
 
+    def rebound(now: Any, before: dict) -> list[str]:
+        """The keys added, deleted or bound to another object since `before` was taken."""
+        return [key for key in make_set(now) | make_set(before) if now.get(key, missing) is not before.get(key, missing)]
+
     def changes() -> list[str]:
         changed: list[str] = []
         for name, module in items(modules):
@@ -291,19 +295,11 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches,
                 if now.get(key, missing) is not value or content(value) != inside:
                     changed.append(f"{name}.{key}")
         for name, cls in items(classes):
-            now, before = get_vars(cls), class_dicts[name]
-            for key in make_set(now) | make_set(before):
-                if now.get(key, missing) is not before.get(key, missing):
-                    changed.append(f"{name}.{key}")
+            changed += [f"{name}.{key}" for key in rebound(get_vars(cls), class_dicts[name])]
         if task_namespace is not None:
-            for key in make_set(task_namespace) | make_set(task_values):
-                if task_namespace.get(key, missing) is not task_values.get(key, missing):
-                    changed.append(f"the task's namespace: {key}")
+            changed += [f"the task's namespace: {key}" for key in rebound(task_namespace, task_values)]
             for name, cls in items(task_classes):
-                now, before = get_vars(cls), task_class_dicts[name]
-                for key in make_set(now) | make_set(before):
-                    if now.get(key, missing) is not before.get(key, missing):
-                        changed.append(f"{name}.{key}")
+                changed += [f"{name}.{key}" for key in rebound(get_vars(cls), task_class_dicts[name])]
         for name, (owner, attribute, value) in items(objects):
             if get_attribute(owner, attribute, missing) is not value:
                 changed.append(name)
