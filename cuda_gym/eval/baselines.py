@@ -31,7 +31,7 @@ def baseline_key(task_id: str, source_hash: str, sizes: dict, device: str, torch
               config.baseline_workers, TIMER_REVISION, timer, config.timing_warmup_s,
               config.baseline_agreement if config.baseline_workers == 3 else None,  # the stop needs three
               config.device_bound_issue_ratio if config.baseline_workers > 1 else None,
-              # which baselines' torch.compile pairing is skipped as device time (worker._pair_baselines)
+              # which baselines' torch.compile pairing is skipped as device time (baseline_job._pair_baselines)
               PAIRING_ISSUE_RATIO if config.host_pairing else None,
               # paired entries stop on their eager/compile ratios' agreement instead of compile's
               # medians, and keep the higher of two ratios (baseline_runs.BaselineRuns.entry)

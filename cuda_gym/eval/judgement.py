@@ -30,7 +30,7 @@ PAIRED_AGREEMENT = 2.0
 
 
 def complete_reference_error(report: Any, trials: int) -> dict[str, Any] | None:
-    """A worker's float64 measurement of the reference (`_TaskSetup.reference_error_meta`) as it is
+    """A worker's float64 measurement of the reference (`task_setup.TaskSetup.reference_error_meta`) as it is
     kept and given to later jobs, {"draws": [[{"norm", "abs", "bad"} or None per output] per trial],
     "skipped": "", "seconds": 0.0}; None where it was skipped, is not one entry per trial or is malformed."""
     if not isinstance(report, dict) or report.get("skipped") or not isinstance(report.get("draws"), list):
@@ -133,7 +133,7 @@ class Judgement:
         return self.verdict(ErrorCode.FORBIDDEN, f"the worker sent an unexpected message {message.kind!r}")
 
     def _on_memory(self, meta: dict[str, Any]) -> None:
-        """The worker's memory peaks (worker._PhaseClock.memory_meta) into `device_memory`. Sent
+        """The worker's memory peaks (phase_clock.PhaseClock.memory_meta) into `device_memory`. Sent
         after candidate code ran in that process: what is not a finite number (or a short name)
         is left out, never an error, so the verdict stays the checks' to make."""
         def gib(value: Any) -> float | None:
@@ -191,7 +191,7 @@ class Judgement:
     def _read_reference_error(self, report: Any) -> str:
         """The worker's measurement of the fp32 reference against its float64 twin, made before the
         candidate existed, by this worker or, after its timings, by the task's first baseline worker
-        (`_TaskSetup._measure_reference_error`; 'seconds' 0 where given): sets `tolerance_floors` and
+        (`task_setup.TaskSetup._measure_reference_error`; 'seconds' 0 where given): sets `tolerance_floors` and
         `result.reference_error`. Returns what to tell the user where tolerances were widened, else ''."""
         report = report if isinstance(report, dict) else {}
         trials = len(self.reference)

@@ -125,6 +125,6 @@ class WorkerSetup:
                     "l2_flush": config.l2_flush, "precision": config.precision, "policy": config.policy,
                     "baselines": list(config.baselines), "device_memory_gb": config.device_memory_gb,
                     "device_bound_issue_ratio": config.device_bound_issue_ratio},
-                # Weight copies the memory plan reserves (worker._TaskSetup): the candidate's model (or the
+                # Weight copies the memory plan reserves (task_setup.TaskSetup): the candidate's model (or the
                 # baseline's fresh reference) and, where pairing applies, the paired reference.
                 "model_copies": 1 + (backend in config.host_pairing), **extra}
