@@ -127,3 +127,27 @@ def test_the_sketch_passes_an_error_just_under_the_tolerance(pattern):
         digest = output_digest.DigestMaker(secret)
         failure = output_digest.mismatch(digest([out], 0), digest([ref], 0), FP32)
         assert "relative error" not in failure, (secret, failure)
+
+
+@pytest.mark.parametrize("size", [SIZE, 1000])  # sampled positions; an output kept whole
+def test_values_written_after_the_probe_are_not_the_sampled_ones(size):
+    # The timers read the probe inside the timed window; work the call leaves to run after it
+    # returns (a signal handler, a thread) writes the output after that read.
+    digest = output_digest.DigestMaker(5)
+    ref = _reference(size)
+    want = digest([ref], 3)
+    out = torch.zeros(size)
+    digest.prepare(3)
+    probes = digest.probe([out], 3)
+    out.copy_(ref)  # the late work
+    assert output_digest.mismatch(digest([out], 3, probes), want, FP32) != ""
+    assert output_digest.mismatch(digest([out], 3, digest.probe([out], 3)), want, FP32) == ""
+
+
+def test_a_non_contiguous_output_is_probed_at_the_same_positions():
+    digest = output_digest.DigestMaker(9)
+    ref = _reference(1 << 16).reshape(256, 256)
+    want = digest([ref.t().contiguous()], 1)
+    out = ref.t()  # the same values, column-major: the probe gathers without a copy
+    assert not out.is_contiguous()
+    assert output_digest.mismatch(digest([out], 1, digest.probe([out], 1)), want, FP32) == ""

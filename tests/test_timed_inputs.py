@@ -105,3 +105,44 @@ def test_the_checksum_digests_first_then_verifies():
     with pytest.raises(InputsChanged):
         check("output", 0)
     assert seen and seen[0][0] == 0  # the digest ran before the check raised
+
+
+def test_the_timers_read_the_probe_before_the_clock_stops(monkeypatch):
+    # What a call leaves to run after it returns must land before this read or show in it: the
+    # probe comes between the call and the clock's second reading, the digest after it.
+    from cuda_gym.eval import timing
+
+    events: list[str] = []
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(timing, "_perf_counter_ns", lambda: events.append("clock") or next(ticks))
+
+    class Digest:
+        def prepare(self, index):
+            events.append("prepare")
+
+        def probe(self, output, index):
+            events.append("probe")
+            return ["read"]
+
+        def __call__(self, output, index, probes=None):
+            events.append(f"digest:{probes}")
+            return index
+
+    def forward(x):
+        events.append("call")
+        return x * 2
+
+    loader = TimedLoader([torch.ones(4)], [TimedInput(None, 0, (0,))] * 4, lambda timed: [torch.ones(4)])
+    timer = timing.Timer("cpu", warmup_reps=0, reps=4, min_reps=4, budget_s=0.0, l2_flush=False)
+    timer.run(forward, loader.live, loader.load, 4, loader.digest_then_verify(Digest()))
+    timed = [i for i, e in enumerate(events) if e == "call"]
+    assert len(timed) == 4
+    for i in timed:
+        assert events[i - 2: i + 4] == ["prepare", "clock", "call", "probe", "clock", "digest:['read']"], events
+    events.clear()
+    pairs = timing.time_pairs("cpu", forward, forward, loader.live, loader.load, loader.digest_then_verify(Digest()),
+                              [(True, False)], after_call=lambda: None, warmup_reps=0, warmup_s=0.0)
+    assert pairs["candidate_digests"] and pairs["reference_digests"]
+    calls = [i for i, e in enumerate(events) if e == "call"]
+    for i in calls[-2:]:
+        assert events[i - 2: i + 4] == ["prepare", "clock", "call", "probe", "clock", "digest:['read']"], events

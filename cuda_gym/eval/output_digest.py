@@ -101,9 +101,17 @@ class DigestMaker:
         # Sampled positions per (input, output, element count, device), drawn where the reference's
         # digest is made (before any candidate code) and looked up by `probe` inside the timed window.
         self._positions: dict[tuple, "torch.Tensor"] = {}
+        self._sizes: dict[int, tuple[int, Any]] = {}  # output index -> (element count, device) last seen
         # The sketch's signs per (output position, size, device) where the output is small enough to
         # keep them: drawn once, secret all the same; larger outputs draw theirs on every call.
         self._signs: dict[tuple, "torch.Tensor"] = {}
+
+    def prepare(self, input_index: int) -> None:
+        """Draw input `input_index`'s sampled positions for the output sizes seen so far, before the
+        call (outside the timed window), so that `probe` only gathers."""
+        for output_index, (numel, device) in list(self._sizes.items()):
+            if numel > SAMPLES:
+                self._positions_for(numel, device, input_index, output_index)
 
     def _generator(self, device: Any, input_index: int, output_index: int, stream: int = 0) -> "torch.Generator":
         """The random stream of one output's digest: 0 its sampled positions, 1 its sketch's signs."""
@@ -114,20 +122,20 @@ class DigestMaker:
                               % (1 << 62))
         return generator
 
-    def _positions_for(self, flat: "torch.Tensor", input_index: int, output_index: int) -> "torch.Tensor":
+    def _positions_for(self, numel: int, device: Any, input_index: int, output_index: int) -> "torch.Tensor":
         import torch
 
-        key = (input_index, output_index, flat.numel(), str(flat.device))
+        key = (input_index, output_index, numel, str(device))
         if key not in self._positions:
-            generator = self._generator(flat.device, input_index, output_index)
-            self._positions[key] = torch.randint(0, flat.numel(), (SAMPLES,), generator=generator, device=flat.device)
+            generator = self._generator(device, input_index, output_index)
+            self._positions[key] = torch.randint(0, numel, (SAMPLES,), generator=generator, device=device)
         return self._positions[key]
 
     def probe(self, output: Any, input_index: int) -> list[Any]:
         """The sampled values of each of a call's outputs, read now: the timers call this right after
         the call returns, before the clock stops (on a GPU the gather is queued before the end
-        event). Positions come from those the reference's digest of the same input drew; an output
-        of another size (wrong anyway) or not a plain tensor gets None and is read by the digest."""
+        event). Positions are those the reference's digest of the same input drew, or `prepare`
+        drew before the call; an output not a plain tensor gets None (the digest never reads it)."""
         import torch
 
         probes: list[Any] = []
@@ -136,13 +144,11 @@ class DigestMaker:
                 probes.append(None)
                 continue
             numel = value.numel()
-            key = (input_index, position, numel, str(value.device))
+            self._sizes[position] = (numel, value.device)
             if numel <= SAMPLES:
                 probes.append(value.detach().clone())
-            elif key in self._positions:
-                probes.append(_gather(value.detach(), self._positions[key]))
-            else:
-                probes.append(None)
+            else:  # drawn by `prepare` or the reference's digest; drawn here only for a size not seen before
+                probes.append(_gather(value.detach(), self._positions_for(numel, value.device, input_index, position)))
         return probes
 
     def _signs_for(self, output_index: int, numel: int, start: int, count: int,
@@ -184,6 +190,7 @@ class DigestMaker:
             return np.array([NOT_PLAIN_MEMORY, float(reason), _permissions_code(perms), math.nan])
         flat = value.detach().reshape(-1)
         numel = flat.numel()
+        self._sizes[output_index] = (numel, flat.device)
         # The samples as the probe read them inside the timed window; without a probe (the
         # reference's digests, made before any candidate code), read now.
         if probe is not None:
@@ -191,7 +198,7 @@ class DigestMaker:
         elif numel <= SAMPLES:
             samples = flat.double()
         else:
-            samples = flat[self._positions_for(flat, input_index, output_index)].double()
+            samples = flat[self._positions_for(numel, flat.device, input_index, output_index)].double()
         generator = self._generator(flat.device, input_index, output_index, stream=1)
         # Sums, norm and sketch stay on the output's device until one copy at the end: on a GPU a
         # chunk's reductions queue behind each other, with no wait for the device until then.

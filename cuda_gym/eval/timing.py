@@ -267,6 +267,7 @@ class Timer:
             for rep in range(self.reps):
                 which = rep % sets
                 load_set(which)
+                checksum.prepare(which)
                 args = handles(live_inputs)
                 if self._flush_buffer is not None:
                     self._flush_buffer.zero_()
@@ -387,6 +388,12 @@ class ProbedChecksum:
 
     def __init__(self, checksum: Callable[..., Any]):
         self._checksum, self._probe, self._read = checksum, getattr(checksum, "probe", None), None
+        self._prepare = getattr(checksum, "prepare", None)
+
+    def prepare(self, index: int) -> None:
+        """Before the call, outside the window: what the read needs (the digest's sampled positions)."""
+        if self._prepare is not None:
+            self._prepare(index)
 
     def read(self, output: Any, index: int) -> None:
         if self._probe is not None:
@@ -428,6 +435,7 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
 
     def call(name: str, index: int, timed: bool, audited: bool) -> float:
         load_input(index)
+        checksum.prepare(index)
         args = handles(live_inputs)
         if flush is not None:
             flush.zero_()
