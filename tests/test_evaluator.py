@@ -462,18 +462,27 @@ REFERENCE_CLASS = ("for _cls in torch.nn.Module.__subclasses__():\n"
                    "        _reference_class = _cls  # the task's own Model, reached without gc\n")
 
 
-@pytest.mark.parametrize("change, named", [
-    ("import subprocess\n_child = subprocess.Popen(['sleep', '60'])\n", "child processes"),
-    (REFERENCE_CLASS + "_reference_class.slow_down = True\n", "the reference's classes"),
-    (REFERENCE_CLASS + "_reference_class.forward.__globals__['_planted'] = 1\n", "the globals the reference's code reads"),
-])
-def test_a_candidate_that_starts_a_process_or_patches_the_reference_class_loses_the_pairing(cpu_evaluator, change,
-                                                                                            named):
+def test_a_candidate_that_starts_a_process_loses_the_pairing(cpu_evaluator):
     task = get_task(GELU_TASK)
+    change = "import subprocess\n_child = subprocess.Popen(['sleep', '60'])\n"
     result = cpu_evaluator.evaluate(task, task.source + "\n" + change + IDENTITY,
                                     config=cpu_evaluator.config.replace(**PAIRED))
     assert result.ok, result.message
-    assert named in result.host_pairing["skipped"]
+    assert "child processes" in result.host_pairing["skipped"]
+
+
+@pytest.mark.parametrize("change, named", [
+    (REFERENCE_CLASS + "_reference_class.slow_down = True\n", "Model.slow_down"),
+    (REFERENCE_CLASS + "_reference_class.forward.__globals__['_planted'] = 1\n", "the task's namespace: _planted"),
+])
+def test_a_candidate_that_patches_the_reference_class_or_its_globals_is_forbidden(cpu_evaluator, change, named):
+    # The task's namespace and the classes it defines are the judge's: the timed draws, the
+    # reference's forward and the paired reference read them (TamperCheck watches them).
+    task = get_task(GELU_TASK)
+    result = cpu_evaluator.evaluate(task, task.source + "\n" + change + IDENTITY,
+                                    config=cpu_evaluator.config.replace(**PAIRED))
+    assert result.error_code is ErrorCode.FORBIDDEN, result.message
+    assert named in result.message
 
 
 def test_speedup_is_the_cached_eager_baseline_over_the_candidates_time(cpu_evaluator):
