@@ -169,7 +169,7 @@ class DigestMaker:
         """The digest of a call's outputs; `probes` (from `probe`, read inside the timed window)
         stand for the sampled values where given."""
         values = flatten_outputs(output)
-        probes = list(probes or []) + [None] * (len(values) - len(probes or []))
+        probes = probes or [None] * len(values)  # `probe` gives one entry per output
         records = [self._record(value, input_index, position, probe)
                    for position, (value, probe) in enumerate(zip(values, probes))]
         return np.concatenate(records) if records else np.zeros(0)

@@ -273,7 +273,8 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches,
 
     def rebound(now: Any, before: dict) -> list[str]:
         """The keys added, deleted or bound to another object since `before` was taken."""
-        return [key for key in make_set(now) | make_set(before) if now.get(key, missing) is not before.get(key, missing)]
+        return [key for key in make_set(now) | make_set(before)
+                if now.get(key, missing) is not before.get(key, missing)]
 
     def changes() -> list[str]:
         changed: list[str] = []

@@ -277,9 +277,9 @@ class Timer:
                         and self.reps - rep > self.min_reps - timed):
                     with audit():
                         output = fn(*args)
-                    checksum.read(output, which)  # outside the recorder: the judge's read is not the forward's
+                    read = checksum.read(output, which)  # outside the recorder: the judge's read is not the forward's
                     self._sync()
-                    sums.append((which, checksum(output, which)))
+                    sums.append((which, checksum(output, which, read)))
                     del output
                     continue
                 gc.disable()
@@ -293,7 +293,7 @@ class Timer:
                     start.record()
                     t0 = _perf_counter_ns()
                     output = fn(*args)
-                    checksum.read(output, which)
+                    read = checksum.read(output, which)
                     t1 = _perf_counter_ns()
                     end.record()
                     _event_synchronize(end)
@@ -307,7 +307,7 @@ class Timer:
                     t0 = _perf_counter_ns()
                     start.record()
                     output = fn(*args)
-                    checksum.read(output, which)
+                    read = checksum.read(output, which)
                     t1 = _perf_counter_ns()
                     end.record()
                     _cuda_synchronize()
@@ -318,10 +318,10 @@ class Timer:
                 else:
                     t0 = _perf_counter_ns()
                     output = fn(*args)
-                    checksum.read(output, which)
+                    read = checksum.read(output, which)
                     t1 = _perf_counter_ns()
                     wall_ms.append((t1 - t0) / 1e6)
-                sums.append((which, checksum(output, which)))
+                sums.append((which, checksum(output, which, read)))
                 del output
                 if collecting:
                     gc.enable()
@@ -381,26 +381,24 @@ class ReferenceCallFailed(RuntimeError):
 class ProbedChecksum:
     """A timer's checksum with its read inside the timed window: `read(output, index)` right after
     the call returns, before the clock stops (the checksum's `probe`, where it has one:
-    output_digest.DigestMaker reads its sampled values), then `self(output, index)` makes the
+    output_digest.DigestMaker reads its sampled values), then `self(output, index, read)` makes the
     checksum with what was read. Work a call leaves to run after it returns (a signal handler, a
     finalizer, another thread) then either lands before the read, inside the window, or shows as
-    wrong sampled values."""
+    wrong sampled values. A checksum without a probe reads nothing and is called as it is."""
 
     def __init__(self, checksum: Callable[..., Any]):
-        self._checksum, self._probe, self._read = checksum, getattr(checksum, "probe", None), None
-        self._prepare = getattr(checksum, "prepare", None)
+        self._checksum = checksum
+        self._probe, self._prepare = getattr(checksum, "probe", None), getattr(checksum, "prepare", None)
 
     def prepare(self, index: int) -> None:
         """Before the call, outside the window: what the read needs (the digest's sampled positions)."""
         if self._prepare is not None:
             self._prepare(index)
 
-    def read(self, output: Any, index: int) -> None:
-        if self._probe is not None:
-            self._read = self._probe(output, index)
+    def read(self, output: Any, index: int) -> Any:
+        return self._probe(output, index) if self._probe is not None else None
 
-    def __call__(self, output: Any, index: int) -> Any:
-        read, self._read = self._read, None
+    def __call__(self, output: Any, index: int, read: Any) -> Any:
         return self._checksum(output, index, read) if read is not None else self._checksum(output, index)
 
 
@@ -445,14 +443,14 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
             if audited:
                 with audit():
                     output = fn(*args)
-                checksum.read(output, index)  # outside the recorder: the judge's read is not the forward's
+                read = checksum.read(output, index)  # outside the recorder: the judge's read is not the forward's
                 sync()
                 elapsed = 0.0
             else:
                 gc.disable()
                 t0 = _perf_counter_ns()
                 output = fn(*args)
-                checksum.read(output, index)
+                read = checksum.read(output, index)
                 sync()
                 elapsed = (_perf_counter_ns() - t0) / 1e6
                 if collecting:
@@ -462,7 +460,7 @@ def time_pairs(device: str, candidate: Callable[..., Any], reference: Callable[.
                 raise ReferenceCallFailed(f"{type(exc).__name__}: {exc}") from exc
             raise
         if timed:
-            sums[name].append((index, checksum(output, index)))
+            sums[name].append((index, checksum(output, index, read)))
         del output
         after_call()
         return elapsed
