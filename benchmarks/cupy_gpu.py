@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from first_call import first_call_seconds as cold_first_call  # noqa: E402
+from candidate_forms import first_call_seconds as cold_first_call, judge_solutions, medians  # noqa: E402
+
 FORMS = ("cupy", "native", "load_inline")
 # KernelBench-form (load_inline) candidates of the CuPy-solved tasks, in the repository.
 LOAD_INLINE = {
@@ -52,24 +53,6 @@ def form_paths(task, backend: str) -> dict[str, Path]:
     return {form: path for form, path in paths.items() if path is not None}
 
 
-def judge_solutions(backend: str, tasks: list, cache_dir: str) -> list[dict]:
-    from cuda_gym.eval import EvalConfig, Evaluator
-    from cuda_gym.tasks import solution_path
-
-    rows = []
-    with Evaluator(backend, EvalConfig(), cache_dir=cache_dir) as evaluator:
-        for task in tasks:
-            result = evaluator.evaluate(task, solution_path(task, backend, language="cupy").read_text())
-            rows.append({"task_id": task.id, "verdict": result.error_code.value, "message": result.message[:300],
-                         "language": result.language, "time_ms": result.candidate_time.median_ms
-                         if result.candidate_time else None, **result.baseline_ms(),
-                         "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
-                         "compile_seconds": result.compile_seconds, "eval_seconds": result.eval_seconds,
-                         "flags": result.flags, "forbidden_ops": result.forbidden_ops, "kernels": result.kernels})
-            print(result.summary(), flush=True)
-    return rows
-
-
 def cold_env(cold: str) -> dict[str, str]:
     """Every kernel cache a form can hit, empty: cuda_gym's, CuPy's, torch extensions'."""
     return dict(os.environ, CUDA_GYM_KERNEL_CACHE=f"{cold}/kernels", CUPY_CACHE_DIR=f"{cold}/cupy",
@@ -80,12 +63,6 @@ def first_call_seconds(task_id: str, path: Path, backend: str) -> dict:
     """One cold measurement: a fresh process, empty caches."""
     with tempfile.TemporaryDirectory(prefix="cuda_gym_cupy_latency_") as cold:
         return cold_first_call(task_id, path, backend, cold_env(cold))
-
-
-def medians(samples: list[dict]) -> dict:
-    good = [s for s in samples if "error" not in s]
-    return {f"median_{key}": statistics.median(s[key] for s in good) if good else None
-            for key in ("total_s", "build_s", "first_call_s")}
 
 
 def latency(backend: str, tasks: list, repeats: int, inline_repeats: int, on_row=None) -> list[dict]:
@@ -173,7 +150,7 @@ def main() -> int:
         return 1 if record["plan"]["missing"] else 0
     if not args.skip_judging:
         with tempfile.TemporaryDirectory(prefix="cuda_gym_cupy_gpu_") as cache_dir:
-            record["solutions"] = judge_solutions(args.backend, tasks, cache_dir)
+            record["solutions"] = judge_solutions(args.backend, tasks, cache_dir, "cupy")
         record["all_ok"] = all(r["verdict"] == "OK" for r in record["solutions"])
         write()
 

@@ -21,7 +21,6 @@ import datetime as dt
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -29,26 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from first_call import first_call_seconds as cold_first_call  # noqa: E402
-
-
-
-def judge_solutions(backend: str, tasks: list, cache_dir: str) -> list[dict]:
-    from cuda_gym.eval import EvalConfig, Evaluator
-    from cuda_gym.tasks import solution_path
-
-    rows = []
-    with Evaluator(backend, EvalConfig(), cache_dir=cache_dir) as evaluator:
-        for task in tasks:
-            result = evaluator.evaluate(task, solution_path(task, backend, language="triton").read_text())
-            rows.append({"task_id": task.id, "verdict": result.error_code.value, "message": result.message[:300],
-                         "language": result.language, "time_ms": result.candidate_time.median_ms
-                         if result.candidate_time else None, **result.baseline_ms(),
-                         "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
-                         "compile_seconds": result.compile_seconds, "eval_seconds": result.eval_seconds,
-                         "flags": result.flags, "forbidden_ops": result.forbidden_ops, "kernels": result.kernels})
-            print(result.summary(), flush=True)
-    return rows
+from candidate_forms import first_call_seconds as cold_first_call, judge_solutions, medians  # noqa: E402
 
 
 def first_call_seconds(task_id: str, path: Path, backend: str) -> dict:
@@ -73,11 +53,7 @@ def latency(backend: str, tasks: list, repeats: int, rows: list, save) -> None:
             if path is None:
                 continue
             samples = [first_call_seconds(task.id, path, backend) for _ in range(repeats)]
-            good = [s for s in samples if "error" not in s]
-            row[language] = {"samples": samples,
-                             "median_total_s": statistics.median(s["total_s"] for s in good) if good else None,
-                             "median_build_s": statistics.median(s["build_s"] for s in good) if good else None,
-                             "median_first_call_s": statistics.median(s["first_call_s"] for s in good) if good else None}
+            row[language] = {"samples": samples, **medians(samples)}
         print(json.dumps({k: (v if k == "task_id" else v.get("median_total_s")) for k, v in row.items()}), flush=True)
         rows.append(row)
         save()
@@ -116,7 +92,7 @@ def main() -> int:
 
     if not args.skip_judging:
         with tempfile.TemporaryDirectory(prefix="cuda_gym_triton_gpu_") as cache_dir:
-            record["solutions"] = judge_solutions(args.backend, tasks, cache_dir)
+            record["solutions"] = judge_solutions(args.backend, tasks, cache_dir, "triton")
         record["all_ok"] = all(r["verdict"] == "OK" for r in record["solutions"])
         save()
     latency(args.backend, tasks, args.repeats, record["latency"], save)

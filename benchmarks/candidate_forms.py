@@ -1,0 +1,78 @@
+"""What the benchmarks that compare candidate forms (triton_gpu.py, cupy_gpu.py) share: judging a
+form's reference solutions, and a candidate's cold compile-plus-first-call seconds measured in a
+fresh process, with their medians."""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+# Runs in a fresh process: build the candidate module, make the model, run the first forward.
+FIRST_CALL = r'''
+import json, sys, time, types, linecache
+import torch
+from cuda_gym.tasks import get_task
+from cuda_gym.tasks.task import load_task_namespace
+task_id, path, backend = sys.argv[1:4]
+task = get_task(task_id)
+namespace = load_task_namespace(task.source, task.sizes_for(backend), task.id)
+torch.manual_seed(0)
+inputs = [x.to(backend) if isinstance(x, torch.Tensor) else x for x in namespace["get_inputs"]()]
+init = namespace["get_init_inputs"]()
+source = open(path).read()
+def sync():
+    if backend == "cuda":
+        torch.cuda.synchronize()
+sync()
+started = time.perf_counter()
+module = types.ModuleType("candidate")
+linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)
+exec(compile(source, path, "exec"), module.__dict__)
+built = time.perf_counter()
+with torch.device(backend):
+    model = module.ModelNew(*init).to(backend).eval()
+with torch.no_grad():
+    model(*inputs)
+sync()
+done = time.perf_counter()
+print(json.dumps({"build_s": built - started, "first_call_s": done - built, "total_s": done - started}))
+'''
+
+
+def first_call_seconds(task_id: str, path: Path, backend: str, env: dict[str, str]) -> dict:
+    """One cold measurement in a fresh process with `env` (whose caches the caller made empty):
+    {"build_s", "first_call_s", "total_s"}, or {"error": the process's stderr tail}."""
+    proc = subprocess.run([sys.executable, "-c", FIRST_CALL, task_id, str(path), backend], env=env,
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-1500:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def medians(samples: list[dict]) -> dict:
+    """The medians of the measurements that did not fail (None where all did)."""
+    good = [s for s in samples if "error" not in s]
+    return {f"median_{key}": statistics.median(s[key] for s in good) if good else None
+            for key in ("total_s", "build_s", "first_call_s")}
+
+
+def judge_solutions(backend: str, tasks: list, cache_dir: str, language: str) -> list[dict]:
+    """Each task's `language` reference solution judged by one evaluator with the default EvalConfig:
+    verdict, time, baselines, speedups, compile and eval seconds, flags and kernels."""
+    from cuda_gym.eval import EvalConfig, Evaluator
+    from cuda_gym.tasks import solution_path
+
+    rows = []
+    with Evaluator(backend, EvalConfig(), cache_dir=cache_dir) as evaluator:
+        for task in tasks:
+            result = evaluator.evaluate(task, solution_path(task, backend, language=language).read_text())
+            rows.append({"task_id": task.id, "verdict": result.error_code.value, "message": result.message[:300],
+                         "language": result.language, "time_ms": result.candidate_time.median_ms
+                         if result.candidate_time else None, **result.baseline_ms(),
+                         "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
+                         "compile_seconds": result.compile_seconds, "eval_seconds": result.eval_seconds,
+                         "flags": result.flags, "forbidden_ops": result.forbidden_ops, "kernels": result.kernels})
+            print(result.summary(), flush=True)
+    return rows
