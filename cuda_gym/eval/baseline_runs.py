@@ -69,14 +69,8 @@ class BaselineRuns:
         self._device_slot = device_slot
 
     def prewarm(self, tasks: list[Task], backend: str, config: EvalConfig, parallel: int | None) -> dict[str, str]:
-        """Compile the torch.compile baseline of every task in `tasks` whose baselines are not cached
-        yet, `parallel` tasks at once, before any of them is timed: each task's baseline workers then
-        find its compiled code in the shared inductor cache instead of compiling it while the device
-        waits (a level-3 model's first compile takes tens of seconds, a worker's from the cache a few).
-        Nothing is timed meanwhile: the device slot is held throughout. Only worth it where compiles
-        can run side by side (default `parallel`: half the cores, at most 8; 1 or fewer does
-        nothing). Returns {task id: "" or why its prewarm failed}; a failure costs nothing but the
-        time (the baseline worker compiles it then, and reports its own errors)."""
+        """Evaluator.prewarm's work (what it does and returns is said there), with the backend and
+        config resolved."""
         parallel = parallel if parallel is not None else min(8, (os.cpu_count() or 2) // 2)
         cached = getattr(self.cache, "cached", lambda key, needed: False)
         needed = self.needed(backend, config)
