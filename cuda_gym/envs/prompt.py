@@ -177,8 +177,8 @@ class ModelNew(nn.Module):
         x = x.contiguous()                     # a view op: allowed
         y = torch.empty_like(x)                # allocating outputs is allowed
         n = x.numel()
-        # torch tensors pass as pointers (no copy); scalars as numpy types of the C parameter's width
-        _scale(((n + 255) // 256,), (256,), (x, y, np.float32(self.alpha), np.int64(n)))
+        # tensors pass as zero-copy CuPy views; scalars as numpy types of the C parameter's width
+        _scale(((n + 255) // 256,), (256,), (cupy.asarray(x), cupy.asarray(y), np.float32(self.alpha), np.int64(n)))
         return y'''
 
 
@@ -217,9 +217,9 @@ def cupy_format(backend: str) -> str:
 CuPy: `cupy.RawKernel(code, name)` for one `extern "C" __global__` kernel, `cupy.RawModule(code=...,
 name_expressions=(...))` and `get_function(name)` for several or templated ones. A kernel compiles
 with NVRTC on its first launch (about a tenth of a second; cached across evaluations). Launch with
-`kernel(grid, block, args)`: torch tensors pass as pointers through `__cuda_array_interface__` (no
-copy; make them contiguous, pass parameters as `.detach()`, allocate outputs with torch.empty /
-empty_like); pass scalars as numpy types of the C parameter's width (np.int32, np.int64,
+`kernel(grid, block, args)`: pass each torch tensor as `cupy.asarray(t)` (a view, no copy; CuPy's
+launch refuses a torch.Tensor itself; make tensors contiguous, pass parameters as `.detach()`,
+allocate outputs with torch.empty / empty_like); pass scalars as numpy types of the C parameter's width (np.int32, np.int64,
 np.float32). Launches run on torch's current stream. Every launch counts as a call of your own
 kernel; CuPy's array functions (cupy.add, cupy.matmul, cupy.sum, ... and arithmetic on cupy
 arrays) are library compute, judged as PyTorch ops are. Example ({backend}):

@@ -1,6 +1,6 @@
 """CuPy candidates: a `ModelNew` whose kernels are CUDA C++ sources that CuPy compiles with NVRTC
-(`cupy.RawKernel`, `cupy.RawModule`) and launches on torch tensors (CuPy reads their memory through
-`__cuda_array_interface__`: no copy).
+(`cupy.RawKernel`, `cupy.RawModule`) and launches on torch tensors' memory (`cupy.asarray(tensor)`
+views it through `__cuda_array_interface__`: no copy).
 
 - Evaluator side: `worker_env` puts CuPy's kernel cache under the evaluator's kernel cache (shared
   by the workers, writable inside their sandbox) and turns CuPy's CUB accelerator off, so that

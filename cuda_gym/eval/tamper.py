@@ -142,6 +142,19 @@ def _native_signal_reader(signals: list[int]) -> Callable[[], dict[int, tuple[in
     return read
 
 
+# SA_ONSTACK | SA_RESTART (Linux): the flags in which a handler that glibc's `signal()` re-installs
+# differs from one Python's signal module installed (sigaction with SA_ONSTACK).
+REINSTALL_FLAGS = 0x08000000 | 0x10000000
+
+
+def _reinstalled(before: tuple[int, int], now: tuple[int, int]) -> bool:
+    """Whether a disposition is the same handler as before with only SA_ONSTACK / SA_RESTART
+    changed. NVRTC (an honest CuPy candidate's first launch compiles with it) saves the handlers
+    of SIGINT, SIGTERM, SIGXFSZ ... around a compile and puts them back with `signal()`, which
+    sets BSD flags: the handler is the one that was there, so nothing new runs on a signal."""
+    return now[0] == before[0] and not (now[1] ^ before[1]) & ~REINSTALL_FLAGS
+
+
 def _trusted_handler_test() -> Callable[[int], bool]:
     """A test of a native signal handler's address: True when it is SIG_DFL or lies in Triton's own
     library. Triton's first compile in a process (an honest Triton candidate's first launch) runs
@@ -236,7 +249,7 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches,
     handlers = {s: get_signal(s) for s in signals}
     read_dispositions = _native_signal_reader(signals)
     dispositions = read_dispositions()
-    trusted_handler = _trusted_handler_test()
+    trusted_handler, reinstalled = _trusted_handler_test(), _reinstalled
     len_dispatch, len_function = torch._C._len_torch_dispatch_stack, torch._C._len_torch_function_stack
     include_set, exclude_set = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
     getters = {
@@ -330,7 +343,8 @@ def _make_checker(device: str, tripwire: Tripwire, switches: Switches,
                 changed.append(f"signal handler {sig}")
         for sig, now_disposition in items(read_dispositions()):
             before_disposition = dispositions.get(sig, now_disposition)
-            if now_disposition != before_disposition and not trusted_handler(now_disposition[0]):
+            if (now_disposition != before_disposition and not trusted_handler(now_disposition[0])
+                    and not reinstalled(before_disposition, now_disposition)):
                 changed.append(f"native signal disposition {sig} (sigaction: handler, flags "
                                f"{before_disposition[0]:#x}, {before_disposition[1]:#x} -> "
                                f"{now_disposition[0]:#x}, {now_disposition[1]:#x})")

@@ -36,5 +36,6 @@ class ModelNew(nn.Module):
         y = torch.empty_like(x)
         n = x.numel()
         blocks = max(1, min((n // 4 + 255) // 256, 65535))
-        _gelu((blocks,), (256,), (x, y, np.int64(n)))  # tensors pass through __cuda_array_interface__
+        # CuPy views of the tensors (no copy: __cuda_array_interface__); scalars as numpy types
+        _gelu((blocks,), (256,), (cupy.asarray(x), cupy.asarray(y), np.int64(n)))
         return y

@@ -49,6 +49,7 @@ class ModelNew(nn.Module):
         rows = x.numel() // cols
         if rows:
             # Parameters pass detached: __cuda_array_interface__ refuses tensors that require grad.
-            _layer_norm((rows,), (512,), (x, self.norm.weight.detach(), self.norm.bias.detach(), y,
+            _layer_norm((rows,), (512,), (cupy.asarray(x), cupy.asarray(self.norm.weight.detach()),
+                                          cupy.asarray(self.norm.bias.detach()), cupy.asarray(y),
                                           np.int32(cols), np.float32(self.norm.eps)))
         return y

@@ -44,6 +44,7 @@ class ModelNew(nn.Module):
         y = torch.empty_like(x)
         n = x.numel()
         blocks = max(1, min((n // 4 + 255) // 256, 65535))
-        _bias_scale_sigmoid((blocks,), (256,), (x, self.bias.detach(), y, np.int64(n), np.int32(self.bias.numel()),
+        _bias_scale_sigmoid((blocks,), (256,), (cupy.asarray(x), cupy.asarray(self.bias.detach()), cupy.asarray(y),
+                                                np.int64(n), np.int32(self.bias.numel()),
                                                 np.float32(self.scale)))
         return y

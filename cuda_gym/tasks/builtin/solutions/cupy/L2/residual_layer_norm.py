@@ -53,6 +53,7 @@ class ModelNew(nn.Module):
         cols = self.norm.weight.numel()
         rows = x.numel() // cols
         if rows:
-            self._kernel((rows,), (512,), (x, y, self.norm.weight.detach(), self.norm.bias.detach(), out,
+            self._kernel((rows,), (512,), (cupy.asarray(x), cupy.asarray(y), cupy.asarray(self.norm.weight.detach()),
+                                           cupy.asarray(self.norm.bias.detach()), cupy.asarray(out),
                                            np.int32(cols), np.float32(self.norm.eps)))
         return out

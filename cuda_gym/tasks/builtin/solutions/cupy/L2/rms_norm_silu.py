@@ -45,5 +45,6 @@ class ModelNew(nn.Module):
         cols = self.weight.numel()
         rows = x.numel() // cols
         if rows:
-            _rms_norm_silu((rows,), (512,), (x, self.weight.detach(), y, np.int32(cols), np.float32(self.eps)))
+            _rms_norm_silu((rows,), (512,), (cupy.asarray(x), cupy.asarray(self.weight.detach()), cupy.asarray(y),
+                                            np.int32(cols), np.float32(self.eps)))
         return y
