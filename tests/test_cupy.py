@@ -198,7 +198,7 @@ def test_cpu_evaluator_rejects_a_cupy_candidate(cpu_evaluator):
 def test_prompt_offers_the_cupy_form():
     task = get_task("builtin/L1/gelu")
     text = task_prompt(task, backend="cuda", hardware="H100", config=EvalConfig(), max_turns=4, language="cupy")
-    assert "cupy.RawKernel" in text and "cupy.asarray(x)" in text
+    assert "cupy.RawKernel" in text and "cupy.asarray(t)" in text
     assert "launch your own CuPy RawKernel / RawModule kernels" in text
     assert "cuBLAS / cuDNN (or any library) from your own C++ is allowed" not in text
     with pytest.raises(ValueError, match="cupy"):
