@@ -12,7 +12,7 @@
 # BACKEND=cpu LIMIT=2 runs the same on the CPU over 2 tasks (a check of the script, not a measurement).
 set -u
 OUT=${OUT:-$PWD/serve_gpu_out}
-mkdir -p "$OUT"
+source benchmarks/h200_env.sh  # the carried wheels (gymnasium, fastapi, uvicorn) where they are missing
 export CUDA_GYM_CACHE=${CUDA_GYM_CACHE:-$OUT/cache}
 [ "${BACKEND:-cuda}" = cuda ] && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 timeout "${RUN_S:-3000}" python3 - "$OUT" "${BACKEND:-cuda}" "${LIMIT:-0}" <<'PY'
@@ -39,7 +39,7 @@ def judge_all(evaluator):
 def serve_round(n):
     port = 8765 + n
     log = open(out / f"serve_{n}.log", "w")
-    service = subprocess.Popen(["cuda-gym", "serve", "--backend", backend, "--port", str(port), "--token-file",
+    service = subprocess.Popen([sys.executable, "-m", "cuda_gym.cli", "serve", "--backend", backend, "--port", str(port), "--token-file",
                                 str(out / "token"), "--journal", str(out / f"journal_{n}")], stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 300
