@@ -12,9 +12,12 @@ for the submitter.
 Per verdict: the seconds from submission to verdict, the build, the eval worker's time on the
 device slot (`eval_s`) and its stages (`EvalResult.stage_seconds`: when each stage ended, from the
 moment the slot was taken; successive differences are each stage's seconds). Over the run: verdicts
-per hour, the share of the wall time the device slot was held by an eval job, and per stage the
-median seconds and the share of all eval seconds. Written after every 10 verdicts (a call cut by its
-time limit keeps what it measured).
+per hour, the share of the wall time the device slot was held by an eval job, per stage the
+median seconds and the share of all eval seconds, and the identity candidates' speedups vs eager
+(each should be 1.00x: their spread is what a change to the pipeline may not widen). Written after
+every 10 verdicts (a call cut by its time limit keeps what it measured). `--prepare-during-jobs`
+judges with `Evaluator(prepare_during_jobs=True)`; `--cache-dir` shared between runs measures the
+baselines once (benchmarks/throughput.sh runs the variants side by side).
 
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/verdict_profile.py --backend cuda --n 300 --out $OUT/profile.json
     python benchmarks/verdict_profile.py --backend cpu --suite builtin --n 20 --out /tmp/profile.json
@@ -59,6 +62,7 @@ def summarize(rows: list[dict], wall_s: float) -> dict:
     if not rows:
         return {}
     eval_total = sum(r["eval_s"] for r in rows)
+    identity = [r["speedup_vs_eager"] for r in rows if r["kind"] == "identity" and r.get("speedup_vs_eager")]
     stages: dict[str, list[float]] = {}
     for r in rows:
         for name, seconds in r["stages"].items():
@@ -73,6 +77,10 @@ def summarize(rows: list[dict], wall_s: float) -> dict:
         # slot idle or held for something else (a spare warming, a baseline).
         "eval_share_of_wall": round(eval_total / wall_s, 3),
         "median_after_stages_s": round(statistics.median(r["after_stages_s"] for r in rows), 4),
+        "identity_speedup_vs_eager": {
+            "count": len(identity), "median": round(statistics.median(identity), 4) if identity else None,
+            "min": round(min(identity), 4) if identity else None, "max": round(max(identity), 4) if identity else None,
+            "within_3_percent": sum(abs(s - 1.0) <= 0.03 for s in identity)},
         "stages": {name: {"median_s": round(statistics.median(values), 4),
                           "share_of_eval": round(sum(values) / eval_total, 3) if eval_total else None,
                           "count": len(values)} for name, values in sorted(stages.items())},
@@ -89,6 +97,10 @@ def main() -> int:
     parser.add_argument("--in-flight", type=int, default=4, help="candidates queued at once")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-minutes", type=float, default=8.0, help="stop submitting after this long")
+    parser.add_argument("--baselines", default="eager,compile", help="comma-separated baselines to measure and cache")
+    parser.add_argument("--prepare-during-jobs", action="store_true", help="Evaluator(prepare_during_jobs=True)")
+    parser.add_argument("--cache-dir", help="the evaluator's cache (default: CUDA_GYM_CACHE or ~/.cache/cuda_gym)")
+    parser.add_argument("--label", default="", help="a name for this run in the JSON")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -98,17 +110,19 @@ def main() -> int:
     tasks = rng.sample(pool, min(args.tasks, len(pool)))
     names = list(KINDS)
     plan = [(rng.choice(tasks), rng.choices(names, weights=[KINDS[k][2] for k in names])[0]) for _ in range(args.n)]
-    config = EvalConfig(policy="permissive")
+    config = EvalConfig(policy="permissive", baselines=tuple(args.baselines.split(",")))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     record: dict = {"benchmark": "verdict_profile", "date": dt.date.today().isoformat(), "backend": args.backend,
                     "suite": args.suite, "levels": sorted(levels), "seed": args.seed, "n": args.n,
-                    "in_flight": args.in_flight, "config": dataclasses.asdict(config), "tasks": [t.id for t in tasks]}
+                    "in_flight": args.in_flight, "label": args.label, "prepare_during_jobs": args.prepare_during_jobs,
+                    "config": dataclasses.asdict(config), "tasks": [t.id for t in tasks]}
 
     def save() -> None:
         out.write_text(json.dumps(record, indent=1) + "\n")
 
-    with Evaluator(args.backend, config) as evaluator:
+    with Evaluator(args.backend, config, cache_dir=args.cache_dir,
+                   prepare_during_jobs=args.prepare_during_jobs) as evaluator:
         record["device"] = evaluator.device_name
         started = time.monotonic()
         for task in tasks:  # the baselines, cached before the stream
@@ -137,6 +151,7 @@ def main() -> int:
                 rows.append({"index": index, "task_id": task.id, "kind": kind, "expected": KINDS[kind][1],
                              "got": result.error_code.value, "latency_s": round(time.monotonic() - submitted, 4),
                              "build_s": result.compile_seconds, "eval_s": result.eval_seconds,
+                             "speedup_vs_eager": result.speedup_vs_eager,
                              "stages": stage_durations(result.stage_seconds),
                              # the eval seconds after the last stage the worker reported (its end, the hand-over)
                              "after_stages_s": round(result.eval_seconds - max(result.stage_seconds.values(), default=0.0), 4),

@@ -729,3 +729,17 @@ def test_cuda_builds_yield_the_cpu_and_cpu_builds_do_not(cpu_evaluator):
     assert cpu_evaluator._setup.spec("build", "cuda", TEST_CONFIG, {}).yield_cpu
     assert not cpu_evaluator._setup.spec("build", "cpu", TEST_CONFIG, {}).yield_cpu
     assert not any(cpu_evaluator._setup.spec(role, "cuda", TEST_CONFIG, {}).yield_cpu for role in ("eval", "baseline"))
+
+
+def test_workers_that_prepare_during_jobs_judge_as_spares_do(cache_dir):
+    # Evaluator(prepare_during_jobs=True): each eval worker readies the device only when its job
+    # arrives, and the next one starts while a job runs. The verdicts are those of warm spares.
+    task = get_task(GELU_TASK)
+    with Evaluator("cpu", TEST_CONFIG, cache_dir=cache_dir, prepare_during_jobs=True) as evaluator:
+        right = evaluator.submit(task, native_candidate(CORRECT_BODY))
+        wrong = evaluator.submit(task, native_candidate(CORRECT_BODY.replace("0.5f *", "0.49f *")))
+        right, wrong = right.result(), wrong.result()
+        spares = [w for stock in evaluator._pool._spares.values() for w in stock if w.spec.role == "eval"]
+    assert right.ok, (right.message, right.runtime_log[-800:])
+    assert wrong.error_code is ErrorCode.INCORRECT, (wrong.error_code, wrong.message)
+    assert spares and all(w.spec.defer_device for w in spares), "the next worker was started during the job"

@@ -213,3 +213,30 @@ def test_scratch_left_by_a_killed_owner_is_removed_and_a_live_owners_stays(tmp_p
         worker.kill()
     finally:
         pool.close()
+
+
+def test_deferred_spares_are_topped_up_during_a_job_and_never_waited_for(tmp_path, monkeypatch):
+    deferred = WorkerSpec(role="baseline", backend="cpu", root=tmp_path, isolate_network=False, cpu_threads=1,
+                          defer_device=True)
+    pool = WorkerPool()
+    try:
+        pool.acquire(_spec(tmp_path), spares=1).kill()  # a device-warming spec whose spare is taken
+        first = pool.acquire(deferred, spares=2)
+        pool.replenish(only=deferred)  # as the evaluator does while `first` holds the device
+        stock = pool._spares[pool._key(deferred)]
+        assert len(stock) == 2
+        assert not pool._spares.get(pool._key(_spec(tmp_path))), "only the deferred spec may start during a job"
+        waited = []
+        monkeypatch.setattr(type(stock[0]), "wait_ready", lambda self, *a: waited.append(self))
+        pool.settle()
+        assert waited == [], "settle waited for spares that never touch the device"
+        monkeypatch.undo()
+        # A deferred spare readies no device before its job: its ready message names none.
+        assert stock[0].wait_ready()["device"] == ""
+        taken = pool.acquire(deferred, spares=2)
+        pool.replenish(only=deferred)  # topped up again at once, not only once none is left
+        assert len(pool._spares[pool._key(deferred)]) == 2
+        for worker in (first, taken):
+            worker.kill()
+    finally:
+        pool.close()

@@ -49,11 +49,17 @@ class Evaluator:
     baseline_cache: where baseline times are read and stored, an object with `BaselineCache`'s
         `get(key, compute, needed)` (default: `BaselineCache(cache_dir / "baselines.json")`; the
         Ray evaluator passes one that shares entries across its actors).
+    prepare_during_jobs: the next candidate's eval worker starts and prepares on the CPU (process,
+        sandbox, the tripwire's code walk) while the current candidate holds the device, and readies
+        the device (the CUDA context, warm-up kernels) when its own job begins (pool.py's
+        `defer_device`); otherwise spares warm up, context included, only while the device is idle.
+        Meant for the cuda backend: on the cpu backend that preparation shares the cores with the
+        model being timed.
     """
 
     def __init__(self, backend: str = "auto", config: EvalConfig | None = None, *,
                  cache_dir: str | Path | None = None, build_workers: int | None = None,
-                 baseline_cache: Any = None):
+                 baseline_cache: Any = None, prepare_during_jobs: bool = False):
         self.config = config or EvalConfig()
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.run_dir = self.cache_dir / "run"
@@ -69,6 +75,7 @@ class Evaluator:
         self.torch_version = self.platform["torch_version"]
         self.build_workers = build_workers or max(1, (os.cpu_count() or 2) // 2)
         self._device_slot = threading.Semaphore(1)
+        self.prepare_during_jobs = prepare_during_jobs
         self._executor = ThreadPoolExecutor(max_workers=self.build_workers + 4, thread_name_prefix="cuda-gym-eval")
         self._baselines = (baseline_cache if baseline_cache is not None
                            else BaselineCache(self.cache_dir / "baselines.json"))
@@ -278,11 +285,14 @@ class Evaluator:
         tell a kernel from a constant ('' where it can), where its baseline workers decided it."""
         key = secrets.token_bytes(32)  # authenticates the worker's messages (see sandbox.sign)
         judge = Judgement(config, result, key, degenerate)
+        spec = self._setup.spec("eval", backend, config, self._setup.base_env(backend))
+        spec.defer_device = self.prepare_during_jobs
         with self._device_slot:
-            self._pool.settle()  # no spare warms up while this candidate is on the device
+            self._pool.settle()  # no spare readies the device while this candidate is on it
             judge.started = time.monotonic()
-            worker = self._pool.acquire(self._setup.spec("eval", backend, config, self._setup.base_env(backend)),
-                                        spares=SPARE_WORKERS[backend]["eval"])
+            worker = self._pool.acquire(spec, spares=SPARE_WORKERS[backend]["eval"])
+            if spec.defer_device:
+                self._pool.replenish(only=spec)  # the next candidate's worker starts now, on the CPU only
             try:
                 eager = result.eager_time
                 pair = backend in config.host_pairing and eager is not None

@@ -6,7 +6,12 @@ evaluator starts replacements (`replenish`) after a job on the device has finish
 waits for every warming spare before the next job uses the device, so no spare's context creation
 or warm-up kernels share the device with timed kernels. Where a role keeps several spares, they are
 started together once the last is taken, so several jobs in a row find one ready and wait for no
-start at all (on a many-core host, several start in about the time of one). Every worker runs
+start at all (on a many-core host, several start in about the time of one).
+
+A spec with `defer_device` makes spares that prepare on the CPU only (start, sandbox, the
+tripwire's code walk) and ready the device when their job arrives: they never touch the device
+as spares, so `replenish` keeps them topped up while another job holds the device and `settle`
+does not wait for them. Every worker runs
 exactly one job and exits, so nothing a candidate did to its process (patched functions, CUDA
 errors, leaked memory) can reach the next candidate.
 """
@@ -130,6 +135,7 @@ class WorkerSpec:
     cpu_threads: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     yield_cpu: bool = False  # run on idle CPU time only (sandbox.yield_cpu), compilers included
+    defer_device: bool = False  # ready the device when the job arrives, not as a spare (see the module doc)
 
 
 def _describe_exit(exitcode: int | None) -> str:
@@ -202,7 +208,7 @@ class Worker:
             "role": spec.role, "backend": spec.backend, "log_path": str(self.log_path),
             "scratch_dir": str(self.scratch), "env": spec.env, "isolate_network": spec.isolate_network,
             "max_file_mb": spec.max_file_mb, "address_space_gb": spec.address_space_gb,
-            "cpu_threads": spec.cpu_threads, "yield_cpu": spec.yield_cpu,
+            "cpu_threads": spec.cpu_threads, "yield_cpu": spec.yield_cpu, "defer_device": spec.defer_device,
         }
         from . import worker as worker_module
 
@@ -324,7 +330,7 @@ class WorkerPool:
     @staticmethod
     def _key(spec: WorkerSpec) -> tuple:
         return (spec.role, spec.backend, spec.isolate_network, spec.max_file_mb, spec.address_space_gb,
-                spec.cpu_threads, str(spec.root), tuple(sorted(spec.env.items())), spec.yield_cpu)
+                spec.cpu_threads, str(spec.root), tuple(sorted(spec.env.items())), spec.yield_cpu, spec.defer_device)
 
     def acquire(self, spec: WorkerSpec, *, spares: int = 1) -> Worker:
         """The oldest spare for `spec` (or a new worker). With `spares` > 0, `replenish()` starts
@@ -341,24 +347,30 @@ class WorkerPool:
             worker = Worker(spec)
         return worker
 
-    def replenish(self) -> None:
-        """For every spec acquired with spares whose spares are all taken, start them again."""
+    def replenish(self, only: WorkerSpec | None = None) -> None:
+        """For every spec acquired with spares whose spares are all taken (or `only` that spec),
+        start them again; a `defer_device` spec's spares are topped up to their count instead (they
+        need no idle device, so `only=` such a spec may be called while a job holds the device)."""
         with self._lock:
             if self._closed:
                 return
             for key, (spec, count) in self._wanted.items():
-                if not self._spares.get(key):
-                    stock = self._spares[key] = []
-                    for _ in range(count):  # stored as each starts: a failed start leaks none
-                        stock.append(Worker(spec))
+                if only is not None and key != self._key(only):
+                    continue
+                stock = self._spares.setdefault(key, [])
+                if stock and not spec.defer_device:
+                    continue
+                while len(stock) < count:  # stored as each starts: a failed start leaks none
+                    stock.append(Worker(spec))
 
     def settle(self, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
         """Wait until no spare is still warming up. A spare that dies or is not ready in time is
         dropped (and killed); the next acquire starts a fresh worker. Call it with the device slot
         held, so no job takes a spare meanwhile."""
         wait_for_reaped()  # the last job's worker is gone (its memory freed) before the device is used again
-        with self._lock:
-            spares = [(key, worker) for key, stock in self._spares.items() for worker in stock]
+        with self._lock:  # spares that ready the device only for their job never touch it as spares
+            spares = [(key, worker) for key, stock in self._spares.items() for worker in stock
+                      if not worker.spec.defer_device]
         for key, worker in spares:
             try:
                 worker.wait_ready(timeout_s)

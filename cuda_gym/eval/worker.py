@@ -72,21 +72,29 @@ def worker_main(conn: Any, setup: dict) -> None:
                 info["capability"] = list(torch.cuda.get_device_capability())
             channel.send("probe", info)
             return
-        device_name = "" if setup["role"] == "build" else init_device(backend, setup.get("cpu_threads"))
+        # A deferred worker readies the device when its job arrives (pool.py: it may have started
+        # while another job held the device).
+        deferred = bool(setup.get("defer_device")) and setup["role"] != "build"
+        device_name = "" if setup["role"] == "build" or deferred else init_device(backend, setup.get("cpu_threads"))
         if setup["role"] in ("eval", "baseline"):
             prescan_code()  # the tripwire's walk of the evaluator's code, done while a spare
-        if cuda_first:
+        if cuda_first and not deferred:
             failed += sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
         channel.send("ready", {"device": device_name, "limits_not_applied": failed, "network_isolated": isolated})
         job = json.loads(conn.recv_bytes())
         channel.authenticate(job.pop("channel_key", None))
+        job.setdefault("limits_not_applied", [])
+        if deferred:
+            init_device(backend, setup.get("cpu_threads"))
+            if cuda_first:
+                job["limits_not_applied"] += sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
         # The job's own environment (TORCH_EXTENSIONS_DIR: this candidate's build directory). A
         # warm spare started before the job was known; a second Landlock layer narrows its writes
         # from every candidate's build directory to this candidate's.
         job_env = job.pop("env", None) or {}
         os.environ.update(job_env)
         if confined and setup["role"] == "eval" and job_env.get("TORCH_EXTENSIONS_DIR"):
-            job["limits_not_applied"] = sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
+            job["limits_not_applied"] += sandbox.restrict_writes(sandbox.writable_paths(setup["scratch_dir"]))
         set_precision(job["config"]["precision"])
         if setup["role"] == "build":
             run_build(channel, job)
