@@ -49,12 +49,21 @@ KINDS = {"identity": (IDENTITY, "OK", 3), "wrong": (WRONG, "INCORRECT", 1), "cra
 
 
 def stage_durations(stage_seconds: dict[str, float]) -> dict[str, float]:
-    """Each top-level stage's own seconds from the cumulative end times (the `reference.*` parts are
-    already inside `reference` and are kept apart by name)."""
+    """Each top-level stage's own seconds from the cumulative end times, and the parts of
+    `reference` as `reference.<part>`: the worker times its parts from the start of its job
+    (`reference.setup`, `.describe`, `.checksums` end times), so `reference.start` is what came
+    before the job ran (taking the worker, sending the job, and a deferred worker's device set-up)."""
     durations, previous = {}, 0.0
     for name, ended in sorted(((n, t) for n, t in stage_seconds.items() if "." not in n), key=lambda item: item[1]):
         durations[name] = round(ended - previous, 4)
         previous = ended
+    parts = sorted(((n, t) for n, t in stage_seconds.items() if n.startswith("reference.")), key=lambda item: item[1])
+    if parts and "reference" in stage_seconds:
+        durations["reference.start"] = round(stage_seconds["reference"] - parts[-1][1], 4)
+        previous = 0.0
+        for name, ended in parts:
+            durations[name] = round(ended - previous, 4)
+            previous = ended
     return durations
 
 
