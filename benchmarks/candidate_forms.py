@@ -7,6 +7,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # Runs in a fresh process: build the candidate module, make the model, run the first forward.
@@ -44,11 +45,13 @@ print(json.dumps({"build_s": built - started, "first_call_s": done - built, "tot
 def first_call_seconds(task_id: str, path: Path, backend: str, env: dict[str, str]) -> dict:
     """One cold measurement in a fresh process with `env` (whose caches the caller made empty):
     {"build_s", "first_call_s", "total_s"}, or {"error": the process's stderr tail}."""
+    started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", FIRST_CALL, task_id, str(path), backend], env=env,
                           capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         return {"error": proc.stderr[-1500:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    # The process's whole wall time beside the measured window: what the benchmark's own run costs.
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_wall_s": round(time.perf_counter() - started, 2)}
 
 
 def medians(samples: list[dict]) -> dict:

@@ -8,15 +8,18 @@
 # identity candidates' speedups vs eager (their spread is the fidelity check), and at top level the
 # faster variant's `verdicts_per_hour`, `device` and `verdicts` (the count), as
 # benchmarks/results/throughput/<device>/<date>.json keeps them.
-# Env: TASKS (distinct tasks, 12), MINUTES (stream minutes per run, 1), BASELINES (eager).
+# Env: TASKS (distinct tasks, 12), MINUTES (stream minutes per run, 1), BASELINES (eager), RUNS (the
+# order, "A0 B0 A1 B1"; a run named C* times with TIMING_REPS / TIMING_BUDGET_S instead of the
+# defaults, and measures its own baselines under them).
 set -u
 START=$(date +%s)
 source benchmarks/h200_env.sh
 export CUDA_GYM_KERNELBENCH=${CUDA_GYM_KERNELBENCH:-$PWD/.kb/KernelBench}
 CACHE=$(mktemp -d /tmp/cuda_gym_throughput.XXXX)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-for run in A0 B0 A1 B1; do
+for run in ${RUNS:-A0 B0 A1 B1}; do
   flag=""; [ "${run:0:1}" = B ] && flag="--prepare-during-jobs"
+  [ "${run:0:1}" = C ] && flag="--timing-reps ${TIMING_REPS:-20} --timing-budget-s ${TIMING_BUDGET_S:-0.4}"
   timeout "${RUN_S:-200}" python3 benchmarks/verdict_profile.py --backend cuda --suite kernelbench --levels 1,2 \
     --tasks "${TASKS:-12}" --n 2000 --max-minutes "${MINUTES:-1}" --baselines "${BASELINES:-eager}" \
     --cache-dir "$CACHE" --label "$run" $flag --out "$OUT/profile_$run.json" >> "$OUT/profiles.log" 2>&1

@@ -18,7 +18,15 @@ RUN_KEYS = ("verdicts", "as_expected", "verdicts_per_hour", "wall_s", "median_ev
 
 
 def variant_name(run: dict) -> str:
-    return "prepare_during_jobs" if run.get("prepare_during_jobs") else "idle_device_spares"
+    """The pipeline, and the timing settings where they are not EvalConfig's defaults."""
+    from cuda_gym.eval import EvalConfig
+
+    name = "prepare_during_jobs" if run.get("prepare_during_jobs") else "idle_device_spares"
+    config, default = run.get("config", {}), EvalConfig()
+    for key in ("timing_reps", "timing_budget_s"):
+        if key in config and config[key] != getattr(default, key):
+            name += f"_{key}={config[key]:g}"
+    return name
 
 
 def combine(runs: list[dict]) -> dict:

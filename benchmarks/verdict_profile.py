@@ -110,6 +110,8 @@ def main() -> int:
     parser.add_argument("--prepare-during-jobs", action="store_true", help="Evaluator(prepare_during_jobs=True)")
     parser.add_argument("--cache-dir", help="the evaluator's cache (default: CUDA_GYM_CACHE or ~/.cache/cuda_gym)")
     parser.add_argument("--label", default="", help="a name for this run in the JSON")
+    parser.add_argument("--timing-reps", type=int, help="EvalConfig.timing_reps (default: the config's)")
+    parser.add_argument("--timing-budget-s", type=float, help="EvalConfig.timing_budget_s (default: the config's)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -119,7 +121,9 @@ def main() -> int:
     tasks = rng.sample(pool, min(args.tasks, len(pool)))
     names = list(KINDS)
     plan = [(rng.choice(tasks), rng.choices(names, weights=[KINDS[k][2] for k in names])[0]) for _ in range(args.n)]
-    config = EvalConfig(policy="permissive", baselines=tuple(args.baselines.split(",")))
+    timing = {name: value for name, value in (("timing_reps", args.timing_reps), ("timing_budget_s", args.timing_budget_s))
+              if value is not None}
+    config = EvalConfig(policy="permissive", baselines=tuple(args.baselines.split(",")), **timing)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     record: dict = {"benchmark": "verdict_profile", "date": dt.date.today().isoformat(), "backend": args.backend,
