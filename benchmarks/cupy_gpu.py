@@ -38,8 +38,12 @@ FORMS = ("cupy", "native", "load_inline")
 # KernelBench-form (load_inline) candidates of the CuPy-solved tasks, in the repository.
 LOAD_INLINE = {
     "builtin/L1/gelu": ROOT / "benchmarks" / "candidates" / "kernelbench_gelu_cuda.py",
+    "builtin/L1/layer_norm": ROOT / "benchmarks" / "candidates" / "kernelbench_layer_norm_cuda.py",
     "builtin/L1/softmax": ROOT / "tests" / "inline_candidates" / "softmax_warp_reduce.py",
+    "builtin/L1/sum_dim": ROOT / "benchmarks" / "candidates" / "kernelbench_sum_dim_cuda.py",
     "builtin/L2/bias_scale_sigmoid": ROOT / "tests" / "inline_candidates" / "bias_scale_sigmoid_struct.py",
+    "builtin/L2/residual_layer_norm": ROOT / "benchmarks" / "candidates" / "kernelbench_residual_layer_norm_cuda.py",
+    "builtin/L2/rms_norm_silu": ROOT / "benchmarks" / "candidates" / "kernelbench_rms_norm_silu_cuda.py",
 }
 
 
