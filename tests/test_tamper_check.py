@@ -180,46 +180,53 @@ def test_tritons_llvm_handlers_are_not_a_change_and_a_candidates_handler_is(tmp_
     assert _in_child(check), "see the child's traceback above"
 
 
+NVRTC_CHECK = r"""
+import ctypes, signal, types
+from cupy_backends.cuda.libs import nvrtc
+from cuda_gym.eval import tamper
+from cuda_gym.eval.switches import Switches
+
+signal.signal(signal.SIGINT, lambda *_: None)  # a Python handler, installed with SA_ONSTACK
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # as the sandbox leaves it
+read = tamper._native_signal_reader([signal.SIGINT, signal.SIGXFSZ, signal.SIGUSR2])
+before = read()
+changes = tamper._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
+program = nvrtc.createProgram('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }', "k.cu", [], [])
+nvrtc.compileProgram(program, ["--gpu-architecture=compute_90"])
+after = read()
+assert after != before, "the compile changed no disposition: this test no longer shows the case"
+assert all(after[sig][0] == before[sig][0] for sig in before), (before, after)
+assert not any("signal" in change for change in changes()), changes()
+# Other flags on the same handler (SA_RESETHAND | SA_NODEFER: the handler runs once, nested) are a
+# change, and so is another handler.
+libc = ctypes.CDLL(None)
+
+class SigAction(ctypes.Structure):
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
+                ("restorer", ctypes.c_void_p)]
+
+action = SigAction()
+libc.sigaction(signal.SIGINT, None, ctypes.byref(action))
+action.flags |= 0x80000000 | 0x40000000
+assert libc.sigaction(signal.SIGINT, ctypes.byref(action), None) == 0
+assert any("native signal disposition 2 " in change for change in changes()), changes()
+libc.signal.argtypes, libc.signal.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
+libc.signal(signal.SIGUSR2, ctypes.cast(libc.abort, ctypes.c_void_p))
+assert any(f"native signal disposition {int(signal.SIGUSR2)} " in change for change in changes()), changes()
+"""
+
+
 def test_nvrtcs_reinstalled_handlers_are_not_a_change_and_new_flags_on_a_handler_are():
     # NVRTC (a CuPy candidate's first launch compiles with it) puts the handlers it saved back with
     # glibc's signal(), which changes their flags to BSD ones (SA_RESTART, no SA_ONSTACK): the same
-    # handler, so no change. NVRTC compiles without a GPU, so this is the GPU's case on the CPU.
+    # handler, so no change. NVRTC compiles without a GPU, so this is the GPU's case on the CPU. It
+    # runs in a fresh process: NVRTC does this in a process's first compile only (a fork of a process
+    # that compiled before would show nothing).
     pytest.importorskip("cupy")
     try:
         from cupy_backends.cuda.libs import nvrtc
         nvrtc.getVersion()
     except Exception as exc:  # noqa: BLE001 - libnvrtc missing: pip install nvidia-cuda-nvrtc
         pytest.skip(f"NVRTC is not loadable here: {exc}")
-    import ctypes
-    import signal
-
-    def check():
-        signal.signal(signal.SIGINT, lambda *_: None)  # a Python handler, installed with SA_ONSTACK
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # as the sandbox leaves it
-        read = tamper._native_signal_reader([signal.SIGINT, signal.SIGXFSZ, signal.SIGUSR2])
-        before = read()
-        changes = tamper._make_checker("cpu", types.SimpleNamespace(events=lambda: []), Switches("cpu"))
-        program = nvrtc.createProgram('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }', "k.cu", [], [])
-        nvrtc.compileProgram(program, ["--gpu-architecture=compute_90"])
-        after = read()
-        assert after != before, "the compile changed no disposition: this test no longer shows the case"
-        assert all(after[sig][0] == before[sig][0] for sig in before), (before, after)
-        assert not any("signal" in change for change in changes()), changes()
-        # Other flags on the same handler (SA_RESETHAND | SA_NODEFER: the handler runs once, nested)
-        # are a change, and so is another handler with the same flags.
-        libc = ctypes.CDLL(None)
-
-        class SigAction(ctypes.Structure):
-            _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
-                        ("restorer", ctypes.c_void_p)]
-
-        action = SigAction()
-        libc.sigaction(signal.SIGINT, None, ctypes.byref(action))
-        action.flags |= 0x80000000 | 0x40000000
-        assert libc.sigaction(signal.SIGINT, ctypes.byref(action), None) == 0
-        assert any("native signal disposition 2 " in change for change in changes()), changes()
-        libc.signal.argtypes, libc.signal.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
-        libc.signal(signal.SIGUSR2, ctypes.cast(libc.abort, ctypes.c_void_p))
-        assert any(f"native signal disposition {int(signal.SIGUSR2)} " in change for change in changes()), changes()
-
-    assert _in_child(check), "see the child's traceback above"
+    proc = subprocess.run([sys.executable, "-c", NVRTC_CHECK], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
