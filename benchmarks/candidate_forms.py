@@ -4,9 +4,11 @@ fresh process, with their medians."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,12 +48,20 @@ os._exit(0)
 '''
 
 
-def first_call_seconds(task_id: str, path: Path, backend: str, env: dict[str, str]) -> dict:
-    """One cold measurement in a fresh process with `env` (whose caches the caller made empty):
-    {"build_s", "first_call_s", "total_s"}, or {"error": the process's stderr tail}."""
+def cold_env(cold: str) -> dict[str, str]:
+    """The environment with every kernel cache a form can hit under the empty folder `cold`:
+    cuda_gym's kernels and precompiled headers, Triton's, CuPy's, torch extensions'."""
+    return dict(os.environ, CUDA_GYM_KERNEL_CACHE=f"{cold}/kernels", CUDA_GYM_PCH_DIR=f"{cold}/pch",
+                TRITON_CACHE_DIR=f"{cold}/triton", CUPY_CACHE_DIR=f"{cold}/cupy", TORCH_EXTENSIONS_DIR=f"{cold}/inline")
+
+
+def first_call_seconds(task_id: str, path: Path, backend: str, extra_env: dict[str, str] | None = None) -> dict:
+    """One cold measurement in a fresh process with every cache empty (`cold_env`) and `extra_env`:
+    {"build_s", "first_call_s", "total_s", "process_wall_s"}, or {"error": the process's stderr tail}."""
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", FIRST_CALL, task_id, str(path), backend], env=env,
-                          capture_output=True, text=True, timeout=600)
+    with tempfile.TemporaryDirectory(prefix="cuda_gym_cold_") as cold:
+        proc = subprocess.run([sys.executable, "-c", FIRST_CALL, task_id, str(path), backend],
+                              env=cold_env(cold) | (extra_env or {}), capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         return {"error": proc.stderr[-1500:]}
     # The process's whole wall time beside the measured window: what the benchmark's own run costs.

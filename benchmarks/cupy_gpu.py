@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import platform
 import statistics
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from candidate_forms import first_call_seconds as cold_first_call, judge_solutions, medians  # noqa: E402
+from candidate_forms import first_call_seconds, judge_solutions, medians  # noqa: E402
 
 FORMS = ("cupy", "native", "load_inline")
 # KernelBench-form (load_inline) candidates of the CuPy-solved tasks, in the repository.
@@ -55,18 +54,6 @@ def form_paths(task, backend: str) -> dict[str, Path]:
     paths = {"cupy": solution_path(task, backend, language="cupy"), "native": solution_path(task, backend),
              "load_inline": LOAD_INLINE.get(task.id)}
     return {form: path for form, path in paths.items() if path is not None}
-
-
-def cold_env(cold: str) -> dict[str, str]:
-    """Every kernel cache a form can hit, empty: cuda_gym's, CuPy's, torch extensions'."""
-    return dict(os.environ, CUDA_GYM_KERNEL_CACHE=f"{cold}/kernels", CUPY_CACHE_DIR=f"{cold}/cupy",
-                TORCH_EXTENSIONS_DIR=f"{cold}/inline", CUDA_GYM_PCH_DIR=f"{cold}/pch")
-
-
-def first_call_seconds(task_id: str, path: Path, backend: str) -> dict:
-    """One cold measurement: a fresh process, empty caches."""
-    with tempfile.TemporaryDirectory(prefix="cuda_gym_cupy_latency_") as cold:
-        return cold_first_call(task_id, path, backend, cold_env(cold))
 
 
 def latency(backend: str, tasks: list, repeats: int, inline_repeats: int, on_row=None) -> list[dict]:

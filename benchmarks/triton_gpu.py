@@ -32,13 +32,9 @@ from candidate_forms import first_call_seconds as cold_first_call, judge_solutio
 
 
 def first_call_seconds(task_id: str, path: Path, backend: str) -> dict:
-    """One cold measurement: a fresh process, empty kernel and Triton caches."""
-    with tempfile.TemporaryDirectory(prefix="cuda_gym_triton_latency_") as cold:
-        env = dict(os.environ, CUDA_GYM_KERNEL_CACHE=f"{cold}/kernels", TRITON_CACHE_DIR=f"{cold}/triton",
-                   TORCH_EXTENSIONS_DIR=f"{cold}/inline")
-        if backend == "cpu":
-            env["TRITON_INTERPRET"] = "1"
-        return cold_first_call(task_id, path, backend, env)
+    """One cold measurement (candidate_forms: a fresh process, every cache empty); Triton's
+    interpreter on the cpu backend."""
+    return cold_first_call(task_id, path, backend, {"TRITON_INTERPRET": "1"} if backend == "cpu" else None)
 
 
 def latency(backend: str, tasks: list, repeats: int, rows: list, save) -> None:
