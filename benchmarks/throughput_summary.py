@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
+
+from verdict_profile import identity_speedups, identity_spread  # this folder, first on the path of a script here
 
 RUN_KEYS = ("verdicts", "as_expected", "verdicts_per_hour", "wall_s", "median_eval_s", "eval_share_of_wall",
             "identity_speedup_vs_eager")
@@ -42,15 +43,10 @@ def combine(runs: list[dict]) -> dict:
         variant["verdicts"] += summary["verdicts"]
         variant["as_expected"] += summary["as_expected"]
         variant["wall_s"] = round(variant["wall_s"] + summary["wall_s"], 1)
-        identity.setdefault(name, []).extend(row["speedup_vs_eager"] for row in run.get("verdicts", [])
-                                             if row["kind"] == "identity" and row.get("speedup_vs_eager"))
+        identity.setdefault(name, []).extend(identity_speedups(run.get("verdicts", [])))
     for name, variant in variants.items():
         variant["verdicts_per_hour"] = round(3600 * variant["verdicts"] / variant["wall_s"], 1)
-        values = identity.get(name, [])
-        variant["identity_speedup_vs_eager"] = {
-            "count": len(values), "median": round(statistics.median(values), 4) if values else None,
-            "min": round(min(values), 4) if values else None, "max": round(max(values), 4) if values else None,
-            "within_3_percent": sum(abs(value - 1.0) <= 0.03 for value in values)}
+        variant["identity_speedup_vs_eager"] = identity_spread(identity.get(name, []))
     best = max(variants, key=lambda name: variants[name]["verdicts_per_hour"], default=None)
     return {"benchmark": "throughput", "device": next((r.get("device") for r in runs if r.get("device")), None),
             "variant": best, "verdicts_per_hour": variants[best]["verdicts_per_hour"] if best else None,

@@ -67,11 +67,23 @@ def stage_durations(stage_seconds: dict[str, float]) -> dict[str, float]:
     return durations
 
 
+def identity_speedups(rows: list[dict]) -> list[float]:
+    """The speedups vs eager of the identity candidates among `rows` (verdicts that have one)."""
+    return [r["speedup_vs_eager"] for r in rows if r["kind"] == "identity" and r.get("speedup_vs_eager")]
+
+
+def identity_spread(speedups: list[float]) -> dict:
+    """How far the identity candidates' speedups vs eager stray from 1.00x: count, median, range, and
+    how many are within 3%."""
+    return {"count": len(speedups), "median": round(statistics.median(speedups), 4) if speedups else None,
+            "min": round(min(speedups), 4) if speedups else None, "max": round(max(speedups), 4) if speedups else None,
+            "within_3_percent": sum(abs(s - 1.0) <= 0.03 for s in speedups)}
+
+
 def summarize(rows: list[dict], wall_s: float) -> dict:
     if not rows:
         return {}
     eval_total = sum(r["eval_s"] for r in rows)
-    identity = [r["speedup_vs_eager"] for r in rows if r["kind"] == "identity" and r.get("speedup_vs_eager")]
     stages: dict[str, list[float]] = {}
     for r in rows:
         for name, seconds in r["stages"].items():
@@ -86,10 +98,7 @@ def summarize(rows: list[dict], wall_s: float) -> dict:
         # slot idle or held for something else (a spare warming, a baseline).
         "eval_share_of_wall": round(eval_total / wall_s, 3),
         "median_after_stages_s": round(statistics.median(r["after_stages_s"] for r in rows), 4),
-        "identity_speedup_vs_eager": {
-            "count": len(identity), "median": round(statistics.median(identity), 4) if identity else None,
-            "min": round(min(identity), 4) if identity else None, "max": round(max(identity), 4) if identity else None,
-            "within_3_percent": sum(abs(s - 1.0) <= 0.03 for s in identity)},
+        "identity_speedup_vs_eager": identity_spread(identity_speedups(rows)),
         "stages": {name: {"median_s": round(statistics.median(values), 4),
                           "share_of_eval": round(sum(values) / eval_total, 3) if eval_total else None,
                           "count": len(values)} for name, values in sorted(stages.items())},
