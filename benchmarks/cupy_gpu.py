@@ -7,7 +7,10 @@
               extension caches) of each task's CuPy solution, its native solution
               (cuda_gym.native.load_kernels) and, where one exists, a KernelBench-form load_inline
               candidate for the task (`LOAD_INLINE`); `--repeats` times each (`--inline-repeats` for
-              load_inline, whose cold build takes close to a minute); the medians side by side.
+              load_inline, whose cold build takes close to a minute); the medians side by side;
+  inline      (`--judge-inline`) the load_inline candidates of the chosen tasks judged like the
+              solutions, built concurrently by one evaluator: the check that a form measured for
+              its latency is also a correct kernel.
 
 The JSON is written after each phase, so a run cut short keeps what it measured. The CuPy hostile
 files are judged by tests/test_hostile.py (`-m gpu -k cupy`): see benchmarks/cupy_gpu.sh. Writes
@@ -56,6 +59,24 @@ def form_paths(task, backend: str) -> dict[str, Path]:
     return {form: path for form, path in paths.items() if path is not None}
 
 
+def judge_inline(tasks: list, cache_dir: str) -> list[dict]:
+    """Each task's load_inline candidate judged with the default EvalConfig, all submitted at once
+    so their minute-long builds overlap: task, verdict, message, speedups, compile seconds."""
+    from cuda_gym.eval import EvalConfig, Evaluator
+
+    chosen = [t for t in tasks if t.id in LOAD_INLINE]
+    with Evaluator("cuda", EvalConfig(), cache_dir=cache_dir) as evaluator:
+        futures = [evaluator.submit(t, LOAD_INLINE[t.id].read_text()) for t in chosen]
+        results = [f.result() for f in futures]
+    rows = [{"task_id": t.id, "file": str(LOAD_INLINE[t.id].relative_to(ROOT)), "verdict": r.error_code.value,
+             "message": r.message[:300], "speedup_vs_eager": r.speedup_vs_eager,
+             "speedup_vs_compile": r.speedup_vs_compile, "compile_seconds": r.compile_seconds}
+            for t, r in zip(chosen, results)]
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def latency(backend: str, tasks: list, repeats: int, inline_repeats: int, on_row=None) -> list[dict]:
     rows = []
     for task in tasks:
@@ -102,6 +123,7 @@ def main() -> int:
     parser.add_argument("--tasks", help="comma-separated task ids (default: every task with a CuPy solution)")
     parser.add_argument("--skip-judging", action="store_true", help="latency only")
     parser.add_argument("--skip-latency", action="store_true", help="judging only")
+    parser.add_argument("--judge-inline", action="store_true", help="also judge the tasks' load_inline candidates")
     parser.add_argument("--dry-run", action="store_true", help="write the plan only: no evaluation, no timing")
     parser.add_argument("--out", help="output JSON (default benchmarks/results/cupy_gpu/<device>/<date>.json)")
     args = parser.parse_args()
@@ -145,6 +167,12 @@ def main() -> int:
         record["all_ok"] = all(r["verdict"] == "OK" for r in record["solutions"])
         write()
 
+    if args.judge_inline:
+        with tempfile.TemporaryDirectory(prefix="cuda_gym_inline_gpu_") as cache_dir:
+            record["load_inline_judged"] = judge_inline(tasks, cache_dir)
+        record["load_inline_all_ok"] = all(r["verdict"] == "OK" for r in record["load_inline_judged"])
+        write()
+
     def partial(rows: list[dict]) -> None:
         record["latency"], record["latency_summary"] = rows, summary(rows)
         write()
@@ -153,7 +181,8 @@ def main() -> int:
         partial(latency(args.backend, tasks, args.repeats, args.inline_repeats, on_row=partial))
         print(json.dumps(record["latency_summary"]))
     print(f"wrote {out}")
-    return 0 if args.skip_judging or record.get("all_ok") else 1
+    judged_ok = (args.skip_judging or record.get("all_ok")) and record.get("load_inline_all_ok", True)
+    return 0 if judged_ok else 1
 
 
 if __name__ == "__main__":
