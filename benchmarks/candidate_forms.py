@@ -40,7 +40,20 @@ with torch.no_grad():
     model(*inputs)
 sync()
 done = time.perf_counter()
-print(json.dumps({"build_s": built - started, "first_call_s": done - built, "total_s": done - started}), flush=True)
+# After the window: the output beside the task's reference on the same input and weights (one draw,
+# the judge's fp32 elementwise tolerance), so a measured form is also seen to compute the right thing.
+torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+with torch.device(backend):
+    reference = namespace["Model"](*init).to(backend).eval()
+try:
+    reference.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        got, want = model(*inputs), reference(*inputs)
+    matches = bool(torch.allclose(got.float(), want.float(), rtol=1e-3, atol=1e-4))
+except Exception:  # weights named otherwise, or an output that is not one tensor: not compared
+    matches = None
+print(json.dumps({"build_s": built - started, "first_call_s": done - built, "total_s": done - started,
+                  "matches_reference": matches}), flush=True)
 # The measurement is out; skip the interpreter's teardown (atexit handlers, module unloading), which
 # no form's user waits for and which costs the benchmark its time limit if a library is slow at exit.
 import os
@@ -57,7 +70,8 @@ def cold_env(cold: str) -> dict[str, str]:
 
 def first_call_seconds(task_id: str, path: Path, backend: str, extra_env: dict[str, str] | None = None) -> dict:
     """One cold measurement in a fresh process with every cache empty (`cold_env`) and `extra_env`:
-    {"build_s", "first_call_s", "total_s", "process_wall_s"}, or {"error": the process's stderr tail}."""
+    {"build_s", "first_call_s", "total_s", "process_wall_s", "matches_reference"}, or {"error": the
+    process's stderr tail}."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cuda_gym_cold_") as cold:
         proc = subprocess.run([sys.executable, "-c", FIRST_CALL, task_id, str(path), backend],
