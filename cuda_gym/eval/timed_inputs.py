@@ -181,16 +181,16 @@ class TimedLoader:
 
 
 class CheckedDigest:
-    """A timer's checksum: `prepare(index)` before the call and `probe(output, index)` inside the
-    timed window (where the digest has them), then `self(output, index, probes)`: the digest,
-    then the inputs' check."""
+    """A timer's checksum: the digest, then the inputs' check. It passes on the digest's
+    `prepare` and `probe` where it has them, and whatever the timer read with them
+    (timing.ProbedChecksum decides whether there is a read)."""
 
     def __init__(self, digest: Any, verify: Callable[[], None]):
         self._digest, self._verify = digest, verify
         if hasattr(digest, "probe"):
             self.probe, self.prepare = digest.probe, digest.prepare
 
-    def __call__(self, output: Any, index: int, probes: Any = None) -> Any:
-        record = self._digest(output, index, probes) if probes is not None else self._digest(output, index)
+    def __call__(self, output: Any, index: int, *read: Any) -> Any:
+        record = self._digest(output, index, *read)
         self._verify()
         return record
