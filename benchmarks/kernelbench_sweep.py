@@ -101,6 +101,8 @@ def main() -> int:
                         help="compile this many tasks' torch.compile baselines at once before they are timed "
                              "(Evaluator.prewarm; default half the cores, at most 8; 1 turns it off)")
     parser.add_argument("--prewarm-chunk", type=int, default=8, help="tasks prewarmed together")
+    parser.add_argument("--timing-reps", type=int, help="EvalConfig.timing_reps (default: the config's)")
+    parser.add_argument("--timing-budget-s", type=float, help="EvalConfig.timing_budget_s (default: the config's)")
     parser.add_argument("--out", required=True, help="result JSON (resumed when it exists)")
     parser.add_argument("--rejudge-onto", metavar="CARD",
                         help="judge again the resumed rows that a card not named CARD (say, H200) measured (the old "
@@ -141,11 +143,21 @@ def main() -> int:
         config = config.replace(host_pairing=tuple(b for b in args.host_pairing.split(",") if b and b != "none"))
     if args.no_confirm:
         config = config.replace(confirm_faster=False)
+    if args.timing_reps is not None:
+        config = config.replace(timing_reps=args.timing_reps)
+    if args.timing_budget_s is not None:
+        config = config.replace(timing_budget_s=args.timing_budget_s)
+    for key in ("timing_reps", "timing_budget_s"):  # one file, one timing setting
+        if payload.get(key) is not None and payload[key] != getattr(config, key):
+            print(f"error: {out} was measured with {key}={payload[key]}, not {getattr(config, key)}: "
+                  "write another file", file=sys.stderr)
+            return 2
     payload.update({"date": dt.date.today().isoformat(), "backend": args.backend, "policy": args.policy,
                     "candidates": str(folder) if folder else "identity", "baselines": list(baselines),
                     "baseline_workers": config.baseline_workers, "baseline_agreement": config.baseline_agreement,
                     "timer_revision": TIMER_REVISION, "confirm_faster": config.confirm_faster,
-                    "host_pairing": list(config.host_pairing), "host": platform.node()})
+                    "host_pairing": list(config.host_pairing), "timing_reps": config.timing_reps,
+                    "timing_budget_s": config.timing_budget_s, "host": platform.node()})
     started = time.monotonic()
     longest: dict[int, float] = {}  # the longest task of each level so far (resumed rows included), in seconds
     for row in payload["tasks"]:
