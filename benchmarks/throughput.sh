@@ -10,7 +10,8 @@
 # benchmarks/results/throughput/<device>/<date>.json keeps them.
 # Env: TASKS (distinct tasks, 12), MINUTES (stream minutes per run, 1), BASELINES (eager), RUNS (the
 # order, "A0 B0 A1 B1"; a run named C* times with TIMING_REPS / TIMING_BUDGET_S instead of the
-# defaults, and measures its own baselines under them).
+# defaults, and measures its own baselines under them; a run named S* starts EVAL_SPARES (6) warm
+# eval workers together instead of worker_setup.SPARE_WORKERS' 3).
 set -u
 START=$(date +%s)
 source benchmarks/h200_env.sh
@@ -20,6 +21,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu
 for run in ${RUNS:-A0 B0 A1 B1}; do
   flag=""; [ "${run:0:1}" = B ] && flag="--prepare-during-jobs"
   [ "${run:0:1}" = C ] && flag="--timing-reps ${TIMING_REPS:-20} --timing-budget-s ${TIMING_BUDGET_S:-0.4}"
+  [ "${run:0:1}" = S ] && flag="--eval-spares ${EVAL_SPARES:-6}"
   timeout "${RUN_S:-200}" python3 benchmarks/verdict_profile.py --backend cuda --suite kernelbench --levels 1,2 \
     --tasks "${TASKS:-12}" --n 2000 --max-minutes "${MINUTES:-1}" --baselines "${BASELINES:-eager}" \
     --cache-dir "$CACHE" --label "$run" $flag --out "$OUT/profile_$run.json" >> "$OUT/profiles.log" 2>&1

@@ -19,10 +19,15 @@ RUN_KEYS = ("verdicts", "as_expected", "verdicts_per_hour", "wall_s", "median_ev
 
 
 def variant_name(run: dict) -> str:
-    """The pipeline, and the timing settings where they are not EvalConfig's defaults."""
+    """The pipeline, and the spare count and timing settings where they are not the defaults."""
     from cuda_gym.eval import EvalConfig
 
+    from cuda_gym.eval.worker_setup import SPARE_WORKERS
+
     name = "prepare_during_jobs" if run.get("prepare_during_jobs") else "idle_device_spares"
+    spares = run.get("eval_spares")
+    if spares is not None and spares != SPARE_WORKERS[run.get("backend", "cuda")]["eval"]:
+        name += f"_eval_spares={spares}"
     config, default = run.get("config", {}), EvalConfig()
     for key in ("timing_reps", "timing_budget_s"):
         if key in config and config[key] != getattr(default, key):

@@ -16,8 +16,10 @@ per hour, the share of the wall time the device slot was held by an eval job, pe
 median seconds and the share of all eval seconds, and the identity candidates' speedups vs eager
 (each should be 1.00x: their spread is what a change to the pipeline may not widen). Written after
 every 10 verdicts (a call cut by its time limit keeps what it measured). `--prepare-during-jobs`
-judges with `Evaluator(prepare_during_jobs=True)`; `--cache-dir` shared between runs measures the
-baselines once (benchmarks/throughput.sh runs the variants side by side).
+judges with `Evaluator(prepare_during_jobs=True)`; `--eval-spares N` starts N warm eval workers
+together instead of worker_setup.SPARE_WORKERS' count (an experiment: fewer device-idle warm-ups per
+verdict, a CUDA context more per spare); `--cache-dir` shared between runs measures the baselines
+once (benchmarks/throughput.sh runs the variants side by side).
 
     CUDA_GYM_KERNELBENCH=.kb python benchmarks/verdict_profile.py --backend cuda --n 300 --out $OUT/profile.json
     python benchmarks/verdict_profile.py --backend cpu --suite builtin --n 20 --out /tmp/profile.json
@@ -39,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cuda_gym.eval import EvalConfig, Evaluator  # noqa: E402
+from cuda_gym.eval.worker_setup import SPARE_WORKERS  # noqa: E402
 from cuda_gym.tasks import load_suite  # noqa: E402
 
 IDENTITY = "\n\nclass ModelNew(Model):\n    pass\n"
@@ -119,6 +122,7 @@ def main() -> int:
     parser.add_argument("--prepare-during-jobs", action="store_true", help="Evaluator(prepare_during_jobs=True)")
     parser.add_argument("--cache-dir", help="the evaluator's cache (default: CUDA_GYM_CACHE or ~/.cache/cuda_gym)")
     parser.add_argument("--label", default="", help="a name for this run in the JSON")
+    parser.add_argument("--eval-spares", type=int, help="warm eval workers started together (default: SPARE_WORKERS')")
     parser.add_argument("--timing-reps", type=int, help="EvalConfig.timing_reps (default: the config's)")
     parser.add_argument("--timing-budget-s", type=float, help="EvalConfig.timing_budget_s (default: the config's)")
     parser.add_argument("--out", required=True)
@@ -133,11 +137,14 @@ def main() -> int:
     timing = {name: value for name, value in (("timing_reps", args.timing_reps), ("timing_budget_s", args.timing_budget_s))
               if value is not None}
     config = EvalConfig(policy="permissive", baselines=tuple(args.baselines.split(",")), **timing)
+    if args.eval_spares is not None:  # the pool reads the count at each acquire
+        SPARE_WORKERS[args.backend]["eval"] = args.eval_spares
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     record: dict = {"benchmark": "verdict_profile", "date": dt.date.today().isoformat(), "backend": args.backend,
                     "suite": args.suite, "levels": sorted(levels), "seed": args.seed, "n": args.n,
                     "in_flight": args.in_flight, "label": args.label, "prepare_during_jobs": args.prepare_during_jobs,
+                    "eval_spares": SPARE_WORKERS[args.backend]["eval"],
                     "config": dataclasses.asdict(config), "tasks": [t.id for t in tasks]}
 
     def save() -> None:
