@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+
 # Runs in a fresh process: build the candidate module, make the model, run the first forward.
 FIRST_CALL = r'''
 import json, sys, time, types, linecache
@@ -89,17 +91,20 @@ def medians(samples: list[dict]) -> dict:
             for key in ("total_s", "build_s", "first_call_s")}
 
 
-def judge_solutions(backend: str, tasks: list, cache_dir: str, language: str) -> list[dict]:
-    """Each task's `language` reference solution judged by one evaluator with the default EvalConfig:
-    verdict, time, baselines, speedups, compile and eval seconds, flags and kernels."""
+def judge_files(backend: str, files: list[tuple], cache_dir: str) -> list[dict]:
+    """Each (task, candidate file) judged by one evaluator with the default EvalConfig, all submitted
+    at once so their builds overlap: file, verdict, time, baselines, speedups, compile and eval
+    seconds, flags and kernels, in the order given."""
     from cuda_gym.eval import EvalConfig, Evaluator
-    from cuda_gym.tasks import solution_path
 
     rows = []
     with Evaluator(backend, EvalConfig(), cache_dir=cache_dir) as evaluator:
-        for task in tasks:
-            result = evaluator.evaluate(task, solution_path(task, backend, language=language).read_text())
-            rows.append({"task_id": task.id, "verdict": result.error_code.value, "message": result.message[:300],
+        futures = [evaluator.submit(task, path.read_text()) for task, path in files]
+        for (task, path), future in zip(files, futures):
+            result = future.result()
+            path = path.resolve()
+            rows.append({"task_id": task.id, "file": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
+                         "verdict": result.error_code.value, "message": result.message[:300],
                          "language": result.language, "time_ms": result.candidate_time.median_ms
                          if result.candidate_time else None, **result.baseline_ms(),
                          "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
@@ -107,3 +112,10 @@ def judge_solutions(backend: str, tasks: list, cache_dir: str, language: str) ->
                          "flags": result.flags, "forbidden_ops": result.forbidden_ops, "kernels": result.kernels})
             print(result.summary(), flush=True)
     return rows
+
+
+def judge_solutions(backend: str, tasks: list, cache_dir: str, language: str) -> list[dict]:
+    """Each task's `language` reference solution judged (`judge_files`)."""
+    from cuda_gym.tasks import solution_path
+
+    return judge_files(backend, [(task, solution_path(task, backend, language=language)) for task in tasks], cache_dir)

@@ -9,8 +9,7 @@
               candidate for the task (`LOAD_INLINE`); `--repeats` times each (`--inline-repeats` for
               load_inline, whose cold build takes close to a minute); the medians side by side;
   inline      (`--judge-inline`) the load_inline candidates of the chosen tasks judged like the
-              solutions, built concurrently by one evaluator: the check that a form measured for
-              its latency is also a correct kernel.
+              solutions: the check that a form measured for its latency is also a correct kernel.
 
 The JSON is written after each phase, so a run cut short keeps what it measured. The CuPy hostile
 files are judged by tests/test_hostile.py (`-m gpu -k cupy`): see benchmarks/cupy_gpu.sh. Writes
@@ -34,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from candidate_forms import first_call_seconds, judge_solutions, medians  # noqa: E402
+from candidate_forms import first_call_seconds, judge_files, judge_solutions, medians  # noqa: E402
 
 FORMS = ("cupy", "native", "load_inline")
 # KernelBench-form (load_inline) candidates of the CuPy-solved tasks, in the repository.
@@ -57,24 +56,6 @@ def form_paths(task, backend: str) -> dict[str, Path]:
     paths = {"cupy": solution_path(task, backend, language="cupy"), "native": solution_path(task, backend),
              "load_inline": LOAD_INLINE.get(task.id)}
     return {form: path for form, path in paths.items() if path is not None}
-
-
-def judge_inline(tasks: list, cache_dir: str) -> list[dict]:
-    """Each task's load_inline candidate judged with the default EvalConfig, all submitted at once
-    so their minute-long builds overlap: task, verdict, message, speedups, compile seconds."""
-    from cuda_gym.eval import EvalConfig, Evaluator
-
-    chosen = [t for t in tasks if t.id in LOAD_INLINE]
-    with Evaluator("cuda", EvalConfig(), cache_dir=cache_dir) as evaluator:
-        futures = [evaluator.submit(t, LOAD_INLINE[t.id].read_text()) for t in chosen]
-        results = [f.result() for f in futures]
-    rows = [{"task_id": t.id, "file": str(LOAD_INLINE[t.id].relative_to(ROOT)), "verdict": r.error_code.value,
-             "message": r.message[:300], "speedup_vs_eager": r.speedup_vs_eager,
-             "speedup_vs_compile": r.speedup_vs_compile, "compile_seconds": r.compile_seconds}
-            for t, r in zip(chosen, results)]
-    for row in rows:
-        print(json.dumps(row), flush=True)
-    return rows
 
 
 def latency(backend: str, tasks: list, repeats: int, inline_repeats: int, on_row=None) -> list[dict]:
@@ -169,7 +150,8 @@ def main() -> int:
 
     if args.judge_inline:
         with tempfile.TemporaryDirectory(prefix="cuda_gym_inline_gpu_") as cache_dir:
-            record["load_inline_judged"] = judge_inline(tasks, cache_dir)
+            inline = [(task, LOAD_INLINE[task.id]) for task in tasks if task.id in LOAD_INLINE]
+            record["load_inline_judged"] = judge_files("cuda", inline, cache_dir)
         record["load_inline_all_ok"] = all(r["verdict"] == "OK" for r in record["load_inline_judged"])
         write()
 
