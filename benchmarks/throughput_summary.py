@@ -21,7 +21,6 @@ RUN_KEYS = ("verdicts", "as_expected", "verdicts_per_hour", "wall_s", "median_ev
 def variant_name(run: dict) -> str:
     """The pipeline, and the spare count and timing settings where they are not the defaults."""
     from cuda_gym.eval import EvalConfig
-
     from cuda_gym.eval.worker_setup import SPARE_WORKERS
 
     name = "prepare_during_jobs" if run.get("prepare_during_jobs") else "idle_device_spares"

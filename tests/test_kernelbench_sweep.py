@@ -63,11 +63,6 @@ def _sweep(data: Path, out: Path, *extra: str, compile_baseline: bool = False) -
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
 
-def payload_timing(out: Path) -> tuple:
-    payload = json.loads(out.read_text())
-    return payload["timing_reps"], payload["timing_budget_s"]
-
-
 @pytest.mark.slow
 def test_the_sweep_judges_the_identity_and_resumes(tmp_path):
     level1 = tmp_path / "KernelBench" / "level1"
@@ -127,7 +122,8 @@ def test_the_sweep_judges_the_identity_and_resumes(tmp_path):
     assert onto["summary"]["1"]["devices"] == {"an older card": 1, device: 1}
     # One file, one timing setting: resuming it with other timed reps is refused before anything is
     # judged; the setting it was measured with is recorded.
-    assert payload_timing(out) == (50, 1.0)
+    recorded = json.loads(out.read_text())
+    assert (recorded["timing_reps"], recorded["timing_budget_s"]) == (50, 1.0)
     refused = _sweep(tmp_path, out, "--timing-reps", "20", "--timing-budget-s", "0.4")
     assert refused.returncode == 2 and "measured with timing_reps=50" in refused.stderr, refused.stderr[-2000:]
     assert json.loads(out.read_text())["tasks"] == again
