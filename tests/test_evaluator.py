@@ -86,6 +86,49 @@ def test_fault_gets_its_code_and_next_verdict_is_right(cpu_evaluator, name):
     assert follow_up.ok, follow_up.message
 
 
+def test_a_wrong_candidate_ends_at_its_first_look_untimed(cpu_evaluator):
+    # The first look at trial 0's draw, before the timing, decides a wrong candidate: no timed calls
+    # are spent on it, and its verdict is the one trial 0 gives. A right one goes on to the timing.
+    task = get_task(GELU_TASK)
+    wrong = cpu_evaluator.evaluate(task, FAULTS["wrong"][0])
+    assert wrong.error_code is ErrorCode.INCORRECT, wrong.message
+    assert wrong.message.startswith("trial 0 ("), wrong.message
+    assert "first_look" in wrong.stage_seconds and "timing" not in wrong.stage_seconds, wrong.stage_seconds
+    assert wrong.candidate_time is None and len(wrong.trials) == 1 and not wrong.trials[0].passed
+    right = cpu_evaluator.evaluate(task, native_candidate(CORRECT_BODY))
+    assert right.ok, right.message
+    assert right.stage_seconds["first_look"] < right.stage_seconds["timing"] < right.stage_seconds["trial0"]
+    assert len(right.trials) == TEST_CONFIG.correctness_trials  # the first look is not counted as a trial
+    # Outputs that are not tensors on the first call are judged there too, not waved on to the timing.
+    none_first = task.source + (
+        "\n\nclass ModelNew(Model):\n"
+        "    calls = 0\n\n"
+        "    def forward(self, *inputs):\n"
+        "        ModelNew.calls += 1\n"
+        "        return None if ModelNew.calls == 1 else super().forward(*inputs)\n")
+    result = cpu_evaluator.evaluate(task, none_first, config=TEST_CONFIG.replace(policy="permissive"))
+    assert result.error_code is ErrorCode.INCORRECT and "NoneType" in result.message, result.message
+    assert "timing" not in result.stage_seconds, result.stage_seconds
+
+
+def test_a_first_look_decides_only_in_its_place():
+    # Before the reference's outputs arrived, or after a trial, a first look is out of order; one
+    # that reports the process changed is FORBIDDEN before its outputs are compared.
+    from cuda_gym.eval.protocol import Message
+
+    def judged(meta, reference=True, trials=()):
+        judge = Judgement(EvalConfig(), EvalResult(task_id="t", backend="cpu", error_code=ErrorCode.OK))
+        judge.reference = [[]] if reference else []
+        judge.result.trials = list(trials)
+        judge.on_message(Message("first_look", meta, []))
+        return judge.result
+
+    assert judged({"outputs": []}, reference=False).error_code is ErrorCode.FORBIDDEN
+    assert judged({"outputs": []}, trials=["trial 0"]).error_code is ErrorCode.FORBIDDEN
+    tampered = judged({"outputs": [], "tampered": ["torch.add replaced"]})
+    assert tampered.error_code is ErrorCode.FORBIDDEN and "torch.add replaced" in tampered.message
+
+
 def test_compile_error_reports_the_compiler_message(cpu_evaluator):
     result = cpu_evaluator.evaluate(get_task(GELU_TASK), native_candidate("int x = undeclared_name;"))
     assert result.error_code is ErrorCode.COMPILE_ERROR

@@ -23,7 +23,7 @@ from .phase_clock import PhaseClock
 from .profiling import profile_forward
 from .tamper import TamperCheck
 from .task_setup import TaskSetup, clone, fresh_reference, reference_and_inputs, setup_or_error
-from .timed_calls import Audit, reference_digests, stats_meta, time_model
+from .timed_calls import Audit, can_look_first, first_look, reference_digests, stats_meta, time_model
 from .timed_inputs import copy_into
 from .timing import PAIRS, time_pairs
 from .worker_device import sync
@@ -33,7 +33,7 @@ def run_baseline(channel: Channel, job: dict, device: str) -> None:
     """Eager and torch.compile times of the reference, timed under an eval worker's conditions:
     the same history up to the timing (the trials' reference outputs made, timing sets and
     checksums, memory scrubbed, the tamper check armed, a fresh instance of the model given the
-    reference's weights) and the same timed calls (fresh rotated inputs, checksums, audits). Each
+    reference's weights, its first look at trial 0's draw) and the same timed calls (fresh rotated inputs, checksums, audits). Each
     of those steps moves a host-bound model's time in its process, so only the same history times
     the reference submitted as its own candidate at 1.00x (benchmarks/timing_parity.py)."""
     config = job["config"]
@@ -76,8 +76,15 @@ def run_baseline(channel: Channel, job: dict, device: str) -> None:
                                    if name.startswith("fxgraph_cache")}
     count_native_calls()
     TamperCheck(device, "permissive")  # armed as for a candidate
+    audit = Audit("permissive")
+    if can_look_first(setup):  # the eval worker's untimed look at trial 0's draw
+        output = first_look(model, setup, device, audit)
+        describe_outputs(output, trial_sample_seed(job, 0), setup.reference_outputs[0], setup.stats_config,
+                         setup.tolerance_floors(0))
+        del output
+        memory.scrub_freed(device, setup.output_nbytes)
     if "eager" in config["baselines"]:
-        stats, _, _ = time_model(model, setup, device, config, variants, digest, Audit("permissive"))
+        stats, _, _ = time_model(model, setup, device, config, variants, digest, audit)
         result["eager"] = stats_meta(stats)
         clock.mark("eager_timing")
     if compiled is not None:

@@ -1,7 +1,7 @@
 """The eval job: the reference's outputs and timing digests sent out before any candidate code
-runs, then the candidate loaded under the tamper check, timed (digests of every timed output,
-audited calls, host pairing), its correctness trials under the op recorder, and on CUDA the
-kernels one more forward runs."""
+runs, then the candidate loaded under the tamper check, a first look at trial 0's draw (a wrong
+candidate ends there), its timing (digests of every timed output, audited calls, host pairing), its
+correctness trials under the op recorder, and on CUDA the kernels one more forward runs."""
 from __future__ import annotations
 
 import importlib
@@ -27,7 +27,7 @@ from .profiling import kernel_profile, profiled_device_events
 from .recorder import OpRecorder
 from .tamper import TamperCheck
 from .task_setup import TaskSetup, clone, setup_or_error
-from .timed_calls import Audit, reference_digests, stats_meta, time_model
+from .timed_calls import Audit, can_look_first, first_look, reference_digests, stats_meta, time_model
 from .timing import handles
 from .worker_device import sync
 
@@ -115,14 +115,19 @@ def run_eval(channel: Channel, job: dict, device: str) -> None:
                    + (f" (the candidate changed the evaluation process: {', '.join(changes)})" if changes else ""))
         send_error(channel, code, message, traceback=traceback.format_exc(limit=8))
         return
-    channel.send("loaded", {"seconds": _perf_counter() - started})
+    looks_first = can_look_first(setup)
+    channel.send("loaded", {"seconds": _perf_counter() - started, "first_look": looks_first})
     clock.mark("load")
+    audit = Audit(policy)
+    if looks_first:
+        if not _first_look(channel, model, setup, job, device, tamper, audit):
+            return
+        clock.mark("first_look")
 
     # Timing comes before the correctness trials: the trials' op recorder runs a profiler session,
     # and after one the process's host overhead per op is no longer what a baseline worker's is.
     # The timed calls are checked by their output digests (made from the reference before any
     # candidate code ran) and a secret quarter of them by the op recorder's dispatch mode.
-    audit = Audit(policy)
     try:
         stats, timing_flags, digests = time_model(model, setup, device, config, variants, digest, audit)
     except BaseException as exc:  # noqa: BLE001
@@ -218,6 +223,35 @@ def run_eval(channel: Channel, job: dict, device: str) -> None:
         channel.send("memory", clock.memory_meta())
     if device == "cuda":
         _send_kernels(channel, model, setup, policy, tamper)
+
+
+def _first_look(channel: Channel, model: Any, setup: TaskSetup, job: dict, device: str, tamper: TamperCheck,
+                audit: Audit) -> bool:
+    """Trial 0's draw, once, before the timing (timed_calls.first_look), its outputs described
+    against the reference and sent as "first_look": the judge ends a candidate whose outputs are
+    wrong there INCORRECT without its timed calls, most of an RL stream's verdicts. Only a failure
+    decides; the trials after the timing judge this draw again under the op recorder. False after
+    sending the error of a forward that raised."""
+    try:
+        output = first_look(model, setup, device, audit)
+    except BaseException as exc:  # noqa: BLE001
+        code, message = candidate_failure(exc, tamper, device, setup.plan, "forward")
+        send_error(channel, code, message, traceback=traceback.format_exc(limit=8))
+        return False
+    try:
+        arrays, specs = describe_outputs(output, trial_sample_seed(job, 0), setup.reference_outputs[0],
+                                         setup.stats_config, setup.tolerance_floors(0))
+    except TypeError as exc:
+        send_error(channel, "INCORRECT", str(exc))
+        return False
+    except BaseException as exc:  # noqa: BLE001
+        code, message = candidate_failure(exc, tamper, device, setup.plan, "checking the output")
+        send_error(channel, code, message, traceback=traceback.format_exc(limit=8))
+        return False
+    del output
+    memory.scrub_freed(device, setup.output_nbytes)  # as after any call the judge compares
+    channel.send("first_look", {"outputs": specs, "tampered": tamper.changes()}, arrays)
+    return True
 
 
 def _send_kernels(channel: Channel, model: Any, setup: TaskSetup, policy: str, tamper: Any) -> None:

@@ -113,8 +113,10 @@ class Judgement:
             self._arrays["pairing"] = message.arrays
             return True
         if message.kind == "loaded":
-            self.stage = "timing"
+            self.stage = "the first forward (trial 0's draw)" if meta.get("first_look") else "timing"
             return True
+        if message.kind == "first_look":
+            return self._on_first_look(message)
         if message.kind == "trial":
             return self._on_trial(message)
         if message.kind == "checks":
@@ -241,6 +243,22 @@ class Judgement:
         if not trial.passed:
             return self.verdict(ErrorCode.INCORRECT, f"trial {index} ({trial.distribution} inputs): {trial.message}")
         return True
+
+    def _on_first_look(self, message: Message) -> bool:
+        """Trial 0's draw, run once before the timing (eval_job._first_look): outputs wrong there
+        are trial 0's verdict now, without the timed calls; a pass decides nothing, since the trials
+        after the timing judge the draw again."""
+        if not self.reference or self.result.trials:
+            return self.verdict(ErrorCode.FORBIDDEN, "the worker reported a first look out of order")
+        self.stage = "timing"
+        if message.meta.get("tampered"):
+            return self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
+                                + ", ".join(message.meta["tampered"]))
+        trial = self._compare_trial(0, message.meta.get("outputs", []), message.arrays)
+        if trial.passed:
+            return True
+        self.result.trials.append(trial)
+        return self.verdict(ErrorCode.INCORRECT, f"trial 0 ({trial.distribution} inputs): {trial.message}")
 
     def _compare_trial(self, index: int, specs: list[dict], arrays: list[np.ndarray]) -> TrialResult:
         """Whole outputs are compared here; large ones by the worker's statistics AND here on a sample."""

@@ -17,7 +17,8 @@ from .op_policy import op_is_allowed
 from .recorder import OpRecorder
 from .task_setup import TaskSetup, clone
 from .timed_inputs import TimedLoader
-from .timing import Timer
+from .timing import Timer, handles
+from .worker_device import sync
 
 _perf_counter = time.perf_counter
 
@@ -47,6 +48,26 @@ def reference_digests(setup: TaskSetup, config: dict, digest: output_digest.Dige
             if rep + 1 >= config["timing_min_reps"] and _perf_counter() - started > config["timing_budget_s"]:
                 break
     return variants[: len(digests)] + variants[len(variants) - warmup:], digests
+
+
+def can_look_first(setup: TaskSetup) -> bool:
+    """Whether trial 0's reference output is resident, so that `first_look` can be judged before
+    the timing (a trial whose reference is not resident makes it again after candidate code ran:
+    only the trials do that)."""
+    return bool(setup.reference_outputs) and setup.reference_outputs[0] is not None
+
+
+def first_look(model: Any, setup: TaskSetup, device: str, audit: "Audit") -> Any:
+    """One untimed forward of `model` on trial 0's draw, right before its timing and audited as
+    the timer's first warm-up calls are, its outputs synchronized: in the eval worker the judge
+    holds them to trial 0's standard at once (a candidate wrong there ends without its timed
+    calls), and the baseline worker makes the same call, so both time after the same history.
+    Made where `can_look_first`."""
+    inputs = [clone(v) for v in setup.draw(0).inputs]
+    with torch.no_grad(), audit():
+        output = model(*handles(inputs))  # the judge's own objects stay out of the candidate's reach
+    sync(device)
+    return output
 
 
 class Audit:
