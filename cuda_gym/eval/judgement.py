@@ -231,18 +231,14 @@ class Judgement:
         if not 0 <= index < len(self.reference) or index != len(self.result.trials):
             return self.verdict(ErrorCode.FORBIDDEN, "the worker reported trials out of order")
         if meta.get("tampered"):
-            return self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
-                                + ", ".join(meta["tampered"]))
+            return self._tampered(meta["tampered"])
         if not meta.get("recording_intact", False):
             return self.verdict(ErrorCode.FORBIDDEN, "the candidate disabled or replaced the ATen op recorder")
         trial = self._compare_trial(index, meta.get("outputs", []), message.arrays)
         if meta.get("mutated_inputs"):
             trial.passed = False
             trial.message = f"the forward modified its input(s) {meta['mutated_inputs']}; inputs must stay unchanged"
-        self.result.trials.append(trial)
-        if not trial.passed:
-            return self.verdict(ErrorCode.INCORRECT, f"trial {index} ({trial.distribution} inputs): {trial.message}")
-        return True
+        return self._record_trial(index, trial)
 
     def _on_first_look(self, message: Message) -> bool:
         """Trial 0's draw, run once before the timing (eval_job._first_look): outputs wrong there
@@ -252,13 +248,19 @@ class Judgement:
             return self.verdict(ErrorCode.FORBIDDEN, "the worker reported a first look out of order")
         self.stage = "timing"
         if message.meta.get("tampered"):
-            return self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
-                                + ", ".join(message.meta["tampered"]))
+            return self._tampered(message.meta["tampered"])
         trial = self._compare_trial(0, message.meta.get("outputs", []), message.arrays)
-        if trial.passed:
-            return True
+        return True if trial.passed else self._record_trial(0, trial)
+
+    def _record_trial(self, index: int, trial: TrialResult) -> bool:
+        """Trial `index`'s result kept, and a failed one's verdict (from the trials or the first look)."""
         self.result.trials.append(trial)
-        return self.verdict(ErrorCode.INCORRECT, f"trial 0 ({trial.distribution} inputs): {trial.message}")
+        if not trial.passed:
+            return self.verdict(ErrorCode.INCORRECT, f"trial {index} ({trial.distribution} inputs): {trial.message}")
+        return True
+
+    def _tampered(self, changes: list[str]) -> bool:
+        return self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: " + ", ".join(changes))
 
     def _compare_trial(self, index: int, specs: list[dict], arrays: list[np.ndarray]) -> TrialResult:
         """Whole outputs are compared here; large ones by the worker's statistics AND here on a sample."""
@@ -304,8 +306,7 @@ class Judgement:
         triton_support.apply_report(self.result, meta.get("triton"))
         cupy_support.apply_report(self.result, meta.get("cupy"))
         if meta.get("tampered"):
-            return self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
-                                + ", ".join(meta["tampered"]))
+            return self._tampered(meta["tampered"])
         if self.config.policy == "strict":
             if forbidden:
                 ops = ", ".join(f"{op} x{n}" for op, n in sorted(forbidden.items()))
@@ -324,8 +325,7 @@ class Judgement:
         self.result.kernels = [str(k) for k in kernels.get("kernels", [])][:50]
         self.result.kernel_profile = [dict(entry) for entry in kernels.get("profile", [])]
         if kernels.get("tampered"):
-            self.verdict(ErrorCode.FORBIDDEN, "the candidate changed the evaluation process: "
-                         + ", ".join(kernels["tampered"]))
+            self._tampered(kernels["tampered"])
             return
         if self.config.policy != "strict":
             return
