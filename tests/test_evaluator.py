@@ -109,6 +109,14 @@ def test_a_wrong_candidate_ends_at_its_first_look_untimed(cpu_evaluator):
     result = cpu_evaluator.evaluate(task, none_first, config=TEST_CONFIG.replace(policy="permissive"))
     assert result.error_code is ErrorCode.INCORRECT and "NoneType" in result.message, result.message
     assert "timing" not in result.stage_seconds, result.stage_seconds
+    # A forward that overwrites its input is wrong at the first look as in a trial.
+    overwrites = task.source + (
+        "\n\nclass ModelNew(Model):\n"
+        "    def forward(self, x):\n"
+        "        return x.copy_(super().forward(x))\n")
+    result = cpu_evaluator.evaluate(task, overwrites, config=TEST_CONFIG.replace(policy="permissive"))
+    assert result.error_code is ErrorCode.INCORRECT, result.message
+    assert result.message.startswith("trial 0 (") and "modified its input(s) [0]" in result.message, result.message
 
 
 def test_a_first_look_decides_only_in_its_place():

@@ -7,6 +7,8 @@ Each file's docstring declares, one per line:
                                   honest reference solution: the trick gains nothing)
     FLAG: a | b                  (optional: the result must carry one of these flags, which says the
                                   defence fired rather than the trick failing on its own)
+    MESSAGE: in a timed call     (optional: the verdict's message must contain this, which says which
+                                  defence gave the verdict where several could)
     NEEDS: held_timing           (optional: the attack targets held timer repeats; skipped when the
                                   evaluator's are off)
     EVAL_TIMEOUT_S: 120          (optional: the evaluation's time limit, 20 s unless given; Triton
@@ -151,6 +153,8 @@ def judge_hostile(evaluator: Evaluator, path: Path, backend: str, cache_dir: str
         assert result.error_code is ErrorCode(expected), f"{path.name}: expected {expected}, got {short(result)}"
         assert result.message, "every failure explains itself"
         assert not result.correct
+    if "message" in fields:
+        assert fields["message"] in result.message, f"{path.name}: expected {fields['message']!r} in {result.message!r}"
     if "flag" in fields:
         wanted = {flag.strip() for flag in fields["flag"].split("|")}
         assert wanted & set(result.flags), f"{path.name}: expected one of the flags {sorted(wanted)}, got {result.flags}"

@@ -78,7 +78,7 @@ def run_baseline(channel: Channel, job: dict, device: str) -> None:
     TamperCheck(device, "permissive")  # armed as for a candidate
     audit = Audit("permissive")
     if can_look_first(setup):  # the eval worker's untimed look at trial 0's draw
-        output = first_look(model, setup, device, audit)
+        output, _ = first_look(model, setup, device, audit)
         describe_outputs(output, trial_sample_seed(job, 0), setup.reference_outputs[0], setup.stats_config,
                          setup.tolerance_floors(0))
         del output

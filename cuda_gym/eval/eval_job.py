@@ -233,7 +233,7 @@ def _first_look(channel: Channel, model: Any, setup: TaskSetup, job: dict, devic
     decides; the trials after the timing judge this draw again under the op recorder. False after
     sending the error of a forward that raised."""
     try:
-        output = first_look(model, setup, device, audit)
+        output, mutated = first_look(model, setup, device, audit)
     except BaseException as exc:  # noqa: BLE001
         code, message = candidate_failure(exc, tamper, device, setup.plan, "forward")
         send_error(channel, code, message, traceback=traceback.format_exc(limit=8))
@@ -250,7 +250,7 @@ def _first_look(channel: Channel, model: Any, setup: TaskSetup, job: dict, devic
         return False
     del output
     memory.scrub_freed(device, setup.output_nbytes)  # as after any call the judge compares
-    channel.send("first_look", {"outputs": specs, "tampered": tamper.changes()}, arrays)
+    channel.send("first_look", {"outputs": specs, "mutated_inputs": mutated, "tampered": tamper.changes()}, arrays)
     return True
 
 

@@ -234,11 +234,7 @@ class Judgement:
             return self._tampered(meta["tampered"])
         if not meta.get("recording_intact", False):
             return self.verdict(ErrorCode.FORBIDDEN, "the candidate disabled or replaced the ATen op recorder")
-        trial = self._compare_trial(index, meta.get("outputs", []), message.arrays)
-        if meta.get("mutated_inputs"):
-            trial.passed = False
-            trial.message = f"the forward modified its input(s) {meta['mutated_inputs']}; inputs must stay unchanged"
-        return self._record_trial(index, trial)
+        return self._record_trial(index, self._judged_call(index, message))
 
     def _on_first_look(self, message: Message) -> bool:
         """Trial 0's draw, run once before the timing (eval_job._first_look): outputs wrong there
@@ -249,8 +245,18 @@ class Judgement:
         self.stage = "timing"
         if message.meta.get("tampered"):
             return self._tampered(message.meta["tampered"])
-        trial = self._compare_trial(0, message.meta.get("outputs", []), message.arrays)
+        trial = self._judged_call(0, message)
         return True if trial.passed else self._record_trial(0, trial)
+
+    def _judged_call(self, index: int, message: Message) -> TrialResult:
+        """A forward on trial `index`'s draw (a trial, or the first look): its outputs compared,
+        and failed where it changed its inputs."""
+        trial = self._compare_trial(index, message.meta.get("outputs", []), message.arrays)
+        if message.meta.get("mutated_inputs"):
+            trial.passed = False
+            trial.message = (f"the forward modified its input(s) {message.meta['mutated_inputs']}; inputs must stay "
+                             "unchanged")
+        return trial
 
     def _record_trial(self, index: int, trial: TrialResult) -> bool:
         """Trial `index`'s result kept, and a failed one's verdict (from the trials or the first look)."""

@@ -57,17 +57,21 @@ def can_look_first(setup: TaskSetup) -> bool:
     return bool(setup.reference_outputs) and setup.reference_outputs[0] is not None
 
 
-def first_look(model: Any, setup: TaskSetup, device: str, audit: "Audit") -> Any:
+def first_look(model: Any, setup: TaskSetup, device: str, audit: "Audit") -> tuple[Any, list[int]]:
     """One untimed forward of `model` on trial 0's draw, right before its timing and audited as
     the timer's first warm-up calls are, its outputs synchronized: in the eval worker the judge
     holds them to trial 0's standard at once (a candidate wrong there ends without its timed
     calls), and the baseline worker makes the same call, so both time after the same history.
-    Made where `can_look_first`."""
-    inputs = [clone(v) for v in setup.draw(0).inputs]
+    Returns the outputs and the indices of the inputs the forward changed (as a trial reports
+    them). Made where `can_look_first`."""
+    draw = setup.draw(0).inputs
+    inputs = [clone(v) for v in draw]
     with torch.no_grad(), audit():
         output = model(*handles(inputs))  # the judge's own objects stay out of the candidate's reach
     sync(device)
-    return output
+    changed = [i for i, (before, after) in enumerate(zip(draw, inputs))
+               if isinstance(before, torch.Tensor) and not torch.equal(before, after)]
+    return output, changed
 
 
 class Audit:

@@ -1,13 +1,15 @@
-"""Input mutation only where the trials cannot see it: the trials compare every input with a private
-copy after the forward, and they come after the timed calls. So for its first 60 calls (the
-warm-ups and every timed call) the forward overwrites its input with the GELU and returns the input
-itself: no output allocation, one stream of memory traffic less; after that (the trials) it is the
-honest solution's vectorized GELU into a new tensor. (Telling a timed call apart by the dispatch-mode
-stack's length, the first version of this file, is now FORBIDDEN under the strict policy.) The
-task's contract (inputs unchanged) is broken in every call that is timed.
+"""Input mutation only where the trials cannot see it. The forward overwrites its input with the
+GELU and returns the input itself (no output allocation, one stream of memory traffic less) in
+every call but its first: the first is the judge's first look at trial 0's draw, which compares the
+inputs as a trial does, and the calls after it are the warm-ups and the timed calls, which come
+before the trials. (An earlier version counted 60 calls to cover the warm-ups and timed calls; the
+extra warm-ups run for a time, not a count, so the count missed the timed calls on a slower
+machine. Telling a timed call apart by the dispatch-mode stack's length is FORBIDDEN under the
+strict policy.) The task's contract (inputs unchanged) is broken in every call that is timed.
 
 TASK: builtin/L1/gelu
 EXPECTED: INCORRECT
+MESSAGE: in a timed call
 DEFENCE: after every checked timed and paired call the live inputs are compared, element for
     element, with the draw they were loaded from (timed_inputs.TimedLoader.verify): INCORRECT.
 """
@@ -64,7 +66,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         self.calls += 1
-        if self.calls <= 60:
+        if self.calls > 1:
             _lib.gelu_forward(x, x, x.numel())
             return x
         y = torch.empty_like(x)
