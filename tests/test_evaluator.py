@@ -119,6 +119,35 @@ def test_a_wrong_candidate_ends_at_its_first_look_untimed(cpu_evaluator):
     assert result.message.startswith("trial 0 (") and "modified its input(s) [0]" in result.message, result.message
 
 
+NAN_INPUT_TASK = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.nan_to_num(x, nan=0.0) * 2.0
+
+
+def get_inputs():
+    x = torch.randn(256, 64)
+    x[::7, 3] = float("nan")
+    return [x]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_nan_in_the_inputs_is_not_a_changed_input(cpu_evaluator):
+    # NaN is unequal to itself: an input check by torch.equal alone called an untouched input with
+    # NaN in it changed, and the reference submitted as itself was INCORRECT (-1).
+    task = task_from_source(NAN_INPUT_TASK, task_id="test/L1/nan_inputs", level=1, name="nan_inputs")
+    result = cpu_evaluator.evaluate(task, NAN_INPUT_TASK + "\n\nclass ModelNew(Model):\n    pass\n",
+                                    config=TEST_CONFIG.replace(policy="permissive"))
+    assert result.ok, result.message
+
+
 def test_a_first_look_decides_only_in_its_place():
     # Before the reference's outputs arrived, or after a trial, a first look is out of order; one
     # that reports the process changed is FORBIDDEN before its outputs are compared.

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from cuda_gym.eval.timed_inputs import (InputsChanged, TimedInput, TimedInputs, TimedLoader, fresh_draw, rotated, same_inputs,
-                                        secret_shifts)
+from cuda_gym.eval.timed_inputs import (InputsChanged, TimedInput, TimedInputs, TimedLoader, changed_inputs, fresh_draw,
+                                        rotated, same_inputs, secret_shifts)
 
 
 def get_inputs():
@@ -52,6 +52,7 @@ def test_an_unrepeatable_draw_is_told_apart():
 def test_nan_inputs_count_as_unchanged():
     a = torch.tensor([1.0, float("nan")])
     assert same_inputs([a], [a.clone()])
+    assert changed_inputs([a, a, 3], [a.clone(), torch.tensor([1.0, 2.0]), 3]) == [1]
 
 
 def test_loader_copies_in_place_and_catches_a_changed_input():

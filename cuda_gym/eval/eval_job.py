@@ -28,6 +28,7 @@ from .recorder import OpRecorder
 from .tamper import TamperCheck
 from .task_setup import TaskSetup, clone, setup_or_error
 from .timed_calls import Audit, can_look_first, first_look, reference_digests, stats_meta, time_model
+from .timed_inputs import changed_inputs
 from .timing import handles
 from .worker_device import sync
 
@@ -183,8 +184,7 @@ def run_eval(channel: Channel, job: dict, device: str) -> None:
                        "synchronize. Work on another stream (a side stream, a non-blocking stream, a library handle "
                        "on its own stream) must be joined to the current stream (an event wait) before forward returns")
             return
-        mutated = [i for i, (before, after) in enumerate(zip(draw.inputs, inputs))
-                   if isinstance(before, torch.Tensor) and not torch.equal(before, after)]
+        mutated = changed_inputs(draw.inputs, inputs)
         del inputs
         reference = setup.reference_outputs[index]
         try:

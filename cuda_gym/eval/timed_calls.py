@@ -16,7 +16,7 @@ from .native_calls import native_call_total
 from .op_policy import op_is_allowed
 from .recorder import OpRecorder
 from .task_setup import TaskSetup, clone
-from .timed_inputs import TimedLoader
+from .timed_inputs import TimedLoader, changed_inputs
 from .timing import Timer, handles
 from .worker_device import sync
 
@@ -69,9 +69,7 @@ def first_look(model: Any, setup: TaskSetup, device: str, audit: "Audit") -> tup
     with torch.no_grad(), audit():
         output = model(*handles(inputs))  # the judge's own objects stay out of the candidate's reach
     sync(device)
-    changed = [i for i, (before, after) in enumerate(zip(draw, inputs))
-               if isinstance(before, torch.Tensor) and not torch.equal(before, after)]
-    return output, changed
+    return output, changed_inputs(draw, inputs)
 
 
 class Audit:

@@ -81,6 +81,13 @@ def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
+def changed_inputs(loaded: list[Any], live: list[Any]) -> list[int]:
+    """The indices of the tensors in `live` whose values differ from those in `loaded` (what a
+    forward changed in its inputs: the trials, the first look and the timed calls all ask this)."""
+    return [i for i, (now, was) in enumerate(zip(live, loaded))
+            if isinstance(now, torch.Tensor) and not _same_tensor(now, was)]
+
+
 def same_inputs(first: list[Any], second: list[Any]) -> bool:
     """Whether two input lists hold the same values (tensors element for element, others equal)."""
     if len(first) != len(second):
@@ -173,8 +180,7 @@ class TimedLoader:
         """Raises InputsChanged where the live inputs differ from what was loaded last."""
         if self._made is None:
             return
-        changed = [i for i, (now, was) in enumerate(zip(self.live, self._made[1]))
-                   if isinstance(now, torch.Tensor) and not _same_tensor(now, was)]
+        changed = changed_inputs(self._made[1], self.live)
         if changed:
             raise InputsChanged(f"the forward modified its input(s) {changed} in a timed call; inputs must stay "
                                 "unchanged")
