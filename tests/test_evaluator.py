@@ -148,6 +148,60 @@ def test_nan_in_the_inputs_is_not_a_changed_input(cpu_evaluator):
     assert result.ok, result.message
 
 
+def structured_task(signature: str, body: str, inputs: str) -> str:
+    return (f"import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, {signature}):\n"
+            f"        return {body}\n\n\ndef get_inputs():\n    {inputs}\n\n\ndef get_init_inputs():\n    return []\n")
+
+
+TRIANGULAR = structured_task("A, B", "torch.triu(torch.matmul(A, B))",
+                             "return [torch.triu(torch.rand(64, 64)), torch.triu(torch.rand(64, 64))]")
+SYMMETRIC = structured_task("A, B", "torch.matmul(A, B)",
+                            "A = torch.rand(64, 64)\n    B = torch.rand(64, 64)\n    return [(A + A.T) / 2, (B + B.T) / 2]")
+HINGE = structured_task("p, t", "torch.mean(torch.clamp(1 - p * t, min=0))",
+                        "return [torch.randn(4096), torch.randint(0, 2, (4096,)).float() * 2 - 1]")
+FLOAT_INDEX = structured_task("x, idx", "x[:, idx.long()]",
+                              "return [torch.randn(256, 64), torch.randint(0, 64, (32,)).float()]")
+CHOLESKY = structured_task("A", "torch.linalg.cholesky(A)", "X = torch.randn(64, 64)\n    return [X @ X.T + 64 * torch.eye(64)]")
+
+
+@pytest.mark.parametrize("source, forward", [
+    # Each candidate is exact on every input its task's get_inputs() can make, and relies on it.
+    (TRIANGULAR, "torch.triu(torch.matmul(A, torch.triu(B)))"),
+    (SYMMETRIC, "torch.matmul(A, B.T.contiguous())"),
+    (HINGE, "torch.mean(torch.clamp(torch.where(t > 0, 1 - p, 1 + p), min=0))"),
+    (FLOAT_INDEX, "x.index_select(1, idx.long())"),  # a x3 draw of the indices was out of range
+    (CHOLESKY, "torch.linalg.cholesky(A)"),  # a negated draw of A was not positive-definite
+], ids=["triangular", "symmetric", "labels_pm1", "float_indices", "positive_definite"])
+def test_a_candidate_that_relies_on_what_the_tasks_inputs_are_is_correct(cpu_evaluator, source, forward):
+    # The correctness draws are the task's get_inputs() again with its random values transformed
+    # where they are made (draws.py): rearranging or scaling the finished inputs broke the structure
+    # and gave such candidates -1.
+    signature = source.split("def forward(self, ")[1].split(")")[0]
+    candidate = source + f"\n\nclass ModelNew(Model):\n    def forward(self, {signature}):\n        return {forward}\n"
+    task = task_from_source(source, task_id="test/L1/structured", level=1, name="structured")
+    result = cpu_evaluator.evaluate(task, candidate, config=TEST_CONFIG.replace(policy="permissive"))
+    assert result.ok, result.message
+    assert {t.distribution for t in result.trials} >= {"task", "fresh", "negated", "scaled_x3"}, result.trials
+
+
+def test_a_draw_the_reference_raises_on_is_replaced_by_a_plain_one(cpu_evaluator):
+    # Indices made from rand(): its x3 draw is out of range, and the reference raises there.
+    source = structured_task("x, idx", "x[:, idx.long()]", "return [torch.randn(256, 64), (torch.rand(32) * 64).floor()]")
+    task = task_from_source(source, task_id="test/L1/rand_indices", level=1, name="rand_indices")
+    result = cpu_evaluator.evaluate(task, source + "\n\nclass ModelNew(Model):\n    pass\n",
+                                    config=TEST_CONFIG.replace(policy="permissive"))
+    assert result.ok, result.message
+    assert "scaled_x3" not in [t.distribution for t in result.trials], result.trials
+
+
+def test_a_reference_that_is_never_finite_is_the_tasks_error(cpu_evaluator):
+    source = structured_task("x", "torch.log(torch.relu(x))", "return [torch.randn(256, 64)]")
+    task = task_from_source(source, task_id="test/L1/never_finite", level=1, name="never_finite")
+    result = cpu_evaluator.evaluate(task, source + "\n\nclass ModelNew(Model):\n    pass\n",
+                                    config=TEST_CONFIG.replace(policy="permissive"))
+    assert result.error_code is ErrorCode.TASK_ERROR and "not finite" in result.message, result.message
+
+
 def test_a_first_look_decides_only_in_its_place():
     # Before the reference's outputs arrived, or after a trial, a first look is out of order; one
     # that reports the process changed is FORBIDDEN before its outputs are compared.

@@ -126,7 +126,7 @@ def test_a_task_that_does_not_fit_is_a_task_error_with_numbers(cpu_evaluator):
 
 
 
-def test_draws_whose_reference_is_not_finite_fall_back_to_a_plain_shuffle():
+def test_draws_whose_reference_is_not_finite_fall_back_to_a_plain_draw():
     source = (
         "import torch\n"
         "class Model(torch.nn.Module):\n"
@@ -137,7 +137,7 @@ def test_draws_whose_reference_is_not_finite_fall_back_to_a_plain_shuffle():
     setup = _cpu_setup(source)
     setup.prepare_trials(lambda index, outputs: None)
     setup.prepare_timing_sets()
-    assert setup.distributions == ["task", "shuffled", "shuffled", "scaled_x3", "shuffled"]
+    assert setup.distributions == ["task", "fresh", "fresh", "scaled_x3", "fresh"]
     assert setup.fallback == {2, 4, 7} and len(setup.timing_sets) == 3
     assert all(finite(setup.reference_output(i)) for i in range(8))
 

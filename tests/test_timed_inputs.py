@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cuda_gym.eval.timed_inputs import (InputsChanged, TimedInput, TimedInputs, TimedLoader, changed_inputs, fresh_draw,
-                                        rotated, same_inputs, secret_shifts)
+                                        rotated, same_inputs, secret_shifts, unrepeatable_why)
 
 
 def get_inputs():
@@ -82,14 +82,15 @@ def test_rotated_fallback_keeps_the_values_and_moves_them():
 def test_a_task_whose_draws_repeat_gets_fresh_draws_and_one_that_drifts_gets_rotations():
     chooser = random.SystemRandom()
     sets = [[torch.arange(12.0)]]
-    fresh = TimedInputs(get_inputs, "cpu", sets)
-    assert fresh.rotated_why == ""
+    assert unrepeatable_why(get_inputs, "cpu") == ""
+    fresh = TimedInputs(get_inputs, "cpu", sets, "")
     timed = fresh.secret(chooser, 0)
     assert timed.seed is not None and same_inputs(fresh.values(timed), fresh.values(timed))
 
     counter = iter(range(100))
-    drifting = TimedInputs(lambda: [torch.full((4,), float(next(counter)))], "cpu", sets)
-    assert "other values under the same seed" in drifting.rotated_why
+    why = unrepeatable_why(lambda: [torch.full((4,), float(next(counter)))], "cpu")
+    assert "other values under the same seed" in why
+    drifting = TimedInputs(lambda: [torch.full((4,), float(next(counter)))], "cpu", sets, why)
     timed = drifting.secret(chooser, 0)
     assert timed.seed is None and timed.shifts[0] > 0
     assert torch.equal(drifting.values(timed)[0], sets[0][0].roll(timed.shifts[0]))

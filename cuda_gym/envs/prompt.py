@@ -282,9 +282,9 @@ def _rules(backend: str, config: EvalConfig, language: str = "cuda") -> str:
 - Inputs must stay unchanged (write into new output tensors). Do not change global state (thread
   counts, precision flags, patched functions): that is detected as tampering.
 {precision}
-- Correctness is checked on {config.correctness_trials} input draws (the task's own inputs, then shuffled,
-  negated, scaled and centered versions), so the kernel must be right for any values, not just one
-  input. Every timed call's output is checked at the same tolerances: caching results, skipping work
+- Correctness is checked on {config.correctness_trials} input draws (the task's own inputs, then new
+  draws of them with the random values fresh, negated, scaled and centered; the structure the
+  inputs are built with stays), so the kernel must be right for any values, not just one input. Every timed call's output is checked at the same tolerances: caching results, skipping work
   or computing differently when timed fails."""
 
 

@@ -1,11 +1,5 @@
-"""Correctness: input draws (in the worker) and output comparison (in the evaluator).
-
-Draws: the task's own `get_inputs()` once, then device-side rearrangements of it (a random
-circular shift of every input: fresh values at every position, the same distribution, one memory
-copy) with sign, scale and offset transforms on floating-point inputs, so a kernel that is only
-right on [0, 1) or that caches by address or content cannot pass. Integer and boolean inputs are
-shifted only, never cast. A draw whose reference output is not finite falls back to a plain shift.
-"""
+"""Correctness: output comparison (in the evaluator; the worker's statistics of large outputs).
+The input draws the outputs come from are `draws.py`'s."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,70 +12,6 @@ from .result import TrialResult
 
 if TYPE_CHECKING:
     import torch
-
-DISTRIBUTIONS = ("task", "shuffled", "negated", "scaled_x3", "centered")
-
-
-@dataclass
-class Draw:
-    distribution: str
-    inputs: list[Any]
-
-
-def _shuffle(value: Any, generator: Any) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor) and value.numel() > 1:
-        shift = int(torch.randint(1, value.numel(), (1,), generator=generator, device=generator.device))
-        return value.reshape(-1).roll(shift).reshape(value.shape)
-    return value
-
-
-def _transform(value: Any, distribution: str) -> Any:
-    import torch
-
-    if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
-        return value
-    if distribution == "negated":
-        return -value
-    if distribution == "scaled_x3":
-        return value * 3.0
-    if distribution == "centered":
-        return value - value.mean()
-    return value
-
-
-def make_draw(base_inputs: Sequence[Any], index: int, seed: int, device: str,
-              distributions: Sequence[str] = DISTRIBUTIONS) -> Draw:
-    """Input draw `index`: draw 0 is the task's own inputs (the same objects: give a model a
-    clone), every other one is shuffled and transformed. Each draw has its own generator seeded
-    from (`seed`, `index`), so any draw can be made again, in any order, with the same values:
-    the worker keeps only as many draws on the device as its memory plan allows."""
-    import torch
-
-    distribution = distributions[index % len(distributions)]
-    if index == 0 and distribution == "task":
-        return Draw("task", list(base_inputs))
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed * 1_000_003 + index)
-    inputs = [_transform(_shuffle(v, generator), distribution) for v in base_inputs]
-    return Draw(draw_label(index, distributions), inputs)
-
-
-def draw_label(index: int, distributions: Sequence[str] = DISTRIBUTIONS) -> str:
-    """The distribution name of draw `index` (what `make_draw` labels it), without making it."""
-    distribution = distributions[index % len(distributions)]
-    return "shuffled" if distribution == "task" and index else distribution
-
-
-def reshuffle(base_inputs: Sequence[Any], seed: int, device: str) -> Draw:
-    """The fallback for a draw whose reference output was not finite."""
-    import torch
-
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed)
-    return Draw("shuffled", [_shuffle(v, generator) for v in base_inputs])
-
 
 _tuple_iter, _list_iter = tuple.__iter__, list.__iter__
 

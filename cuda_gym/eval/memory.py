@@ -6,7 +6,7 @@ at once needs 8 times that. The plan (`plan_memory`, a pure function) keeps resi
 the budget: the task's base inputs always, a reference output per correctness trial while it fits
 (the others are recomputed after the candidate's trial, on the same draw), and as many timing input
 sets as fit (with none, the base inputs serve: every timed call still gets fresh, rotated values). Draws themselves are
-never stored: `correctness.make_draw` makes any of them again from the seed.
+never stored: `draws.make_draw` makes any of them again from the seed.
 
 A reference output that is freed is scrubbed (its memory filled with NaN) before candidate code
 runs, so a candidate that returns an uninitialised buffer can never be handed the expected answer.

@@ -14,11 +14,11 @@ from ..tasks.task import load_task_namespace
 from . import memory
 from .channel import Channel, send_error
 from .config import EvalConfig
-from .correctness import (Draw, ToleranceFloor, draw_label, flatten_outputs, make_draw, output_stats, reshuffle,
-                          tolerance_floor)
+from .correctness import ToleranceFloor, flatten_outputs, output_stats, tolerance_floor
+from .draws import Draw, draw_label, fallback_draw, make_draw
 from .failures import is_oom
 from .output_report import as_tensor, compact, finite
-from .timed_inputs import TimedInputs
+from .timed_inputs import TimedInputs, on_private_globals, unrepeatable_why
 
 _perf_counter = time.perf_counter
 
@@ -44,6 +44,10 @@ def reference_and_inputs(namespace: dict, seed: int, device: str) -> tuple[list[
     return init_inputs, model, inputs
 
 
+class NonFiniteReference(ValueError):
+    """The reference's output is not finite on a draw nor on the plain draw that replaced it."""
+
+
 class TaskSetup:
     """The reference model, the task's base inputs and the memory plan, built before candidate
     code exists here. Input draws are made on demand (`draw`, deterministic from the seed) and only
@@ -58,7 +62,11 @@ class TaskSetup:
         self.trial_count = config["correctness_trials"]
         self.namespace = load_task_namespace(job["task_source"], job["sizes"], job["task_id"])
         self.init_inputs, self.model, self.base = reference_and_inputs(self.namespace, self.seed, device)
-        self.fallback: set[int] = set()  # draws whose transform made the reference non-finite
+        # get_inputs() looked up in a copy of the task's namespace made now, before any candidate code
+        # runs; where it is repeatable, the draws after the first and the timed inputs are fresh draws.
+        self.get_inputs = on_private_globals(self.namespace["get_inputs"])
+        self.inputs_unrepeatable = unrepeatable_why(self.get_inputs, device)
+        self.fallback: set[int] = set()  # draws replaced by a plain one: the reference was not finite or raised
         self.distributions: list[str] = []
         self.reference_outputs: list[list[torch.Tensor] | None] = []
         self.timing_sets: list[list[Any]] = []
@@ -114,25 +122,49 @@ class TaskSetup:
                                       and len(known["draws"]) == self.trial_count else None)
 
     def draw(self, index: int) -> Draw:
-        """Draw `index` (0: the task's own inputs, the objects themselves; clone before use)."""
+        """Draw `index` (0: the task's own inputs, the objects themselves; clone before use), made
+        by `draws.py` from the job's seed: fresh draws of a repeatable task's get_inputs(), else
+        rearrangements of the base inputs."""
+        get_inputs = None if self.inputs_unrepeatable else self.get_inputs
         if index in self.fallback:
-            return reshuffle(self.base, self.seed + 100 + index, self.device)
-        return make_draw(self.base, index, self.seed + 2, self.device)
+            return fallback_draw(self.base, self.seed + 100 + index, self.device, get_inputs)
+        return make_draw(self.base, index, self.seed + 2, self.device, get_inputs)
 
     def reference_output(self, index: int, inputs: list[Any] | None = None) -> list[torch.Tensor]:
         """The reference's outputs on draw `index` (or on `inputs`, that draw already made). A
-        draw whose outputs are not finite is replaced, once, by a plain shuffle of the base."""
+        draw after the first whose outputs are not finite, or on which the reference raises, is
+        replaced, once, by a plain draw (draws.fallback_draw); a reference still not finite there
+        is the task's error (NonFiniteReference), since no candidate's output could match it."""
         def forward(values: list[Any]) -> list[torch.Tensor]:
             if any(a is b for a, b in zip(values, self.base)):
                 values = [clone(v) for v in values]  # the base stays pristine
             return [compact(as_tensor(v)) for v in flatten_outputs(self.model(*values))]
 
         with torch.no_grad():
-            outputs = forward(inputs if inputs is not None else self.draw(index).inputs)
-            if index not in self.fallback and inputs is None and not finite(outputs):
+            if inputs is not None:
+                return forward(inputs)
+            try:
+                outputs = forward(self.draw(index).inputs)
+                replace = not finite(outputs)
+            except Exception as exc:  # noqa: BLE001 - a transformed draw may leave what the task accepts
+                if index == 0 or index in self.fallback or is_oom(exc):
+                    raise
+                outputs, replace = [], True
+            if replace and index not in self.fallback:
                 self.fallback.add(index)
                 outputs = forward(self.draw(index).inputs)
+        if not finite(outputs):
+            raise NonFiniteReference(f"the reference's output is not finite on input draw {index} nor on the plain "
+                                     "draw that replaced it: a task's outputs must be finite (docs/task-format.md), "
+                                     "since a candidate's NaN or inf is never correct")
         return outputs
+
+    def draw_label(self, index: int) -> str:
+        """What draw `index` is called in the verdict (its distribution, or "fresh"/"shuffled" where
+        it fell back), without making it."""
+        if index in self.fallback:
+            return "shuffled" if self.inputs_unrepeatable else "fresh"
+        return draw_label(index, fresh=not self.inputs_unrepeatable)
 
     def prepare_trials(self, describe: Any, measure_error: bool = True) -> None:
         """Every trial's reference output, passed to `describe(index, outputs)` (which sends it
@@ -152,7 +184,7 @@ class TaskSetup:
             twin = self._float64_twin(self.first_output) if measure_error else None
         for index in range(self.trial_count):
             outputs = self.first_output if index == 0 else self.reference_output(index)
-            self.distributions.append("shuffled" if index in self.fallback else draw_label(index))
+            self.distributions.append(self.draw_label(index))
             describe(index, outputs)
             if twin is not None and not self._measure_reference_error(twin, index, outputs):
                 twin = None
@@ -270,13 +302,19 @@ class TaskSetup:
         first = self.trial_count
         for index in range(first, first + self.plan.timing_sets):
             draw = self.draw(index)
-            if not finite(self.reference_output(index, draw.inputs)):  # falls back as a trial's draw does
+            try:
+                usable = finite(self.reference_output(index, draw.inputs))
+            except Exception as exc:  # noqa: BLE001 - falls back as a trial's draw does
+                if is_oom(exc):
+                    raise
+                usable = False
+            if not usable:
                 self.fallback.add(index)
                 draw = self.draw(index)
             self.timing_sets.append(draw.inputs)
         if not self.timing_sets:  # no room for another set: every timed call rotates the base inputs
             self.timing_sets.append(self.base)
-        self.timed_inputs = TimedInputs(self.namespace["get_inputs"], self.device, self.timing_sets)
+        self.timed_inputs = TimedInputs(self.get_inputs, self.device, self.timing_sets, self.inputs_unrepeatable)
 
     def release_reference_outputs(self) -> None:
         self.reference_outputs = [None] * len(self.reference_outputs)

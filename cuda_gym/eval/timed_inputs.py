@@ -19,6 +19,7 @@ does so in a trial.
 """
 from __future__ import annotations
 
+import contextlib
 import random
 import secrets
 import types
@@ -45,13 +46,15 @@ class InputsChanged(Exception):
     """The forward changed its inputs in a checked timed call."""
 
 
-def fresh_draw(get_inputs: Callable[[], Any], seed: int, device: str) -> list[Any]:
+def fresh_draw(get_inputs: Callable[[], Any], seed: int, device: str,
+               sources: contextlib.AbstractContextManager | None = None) -> list[Any]:
     """`get_inputs()` on `device` with the global random streams seeded from `seed`, then restored
-    (the process's later random draws are what they would have been without this one)."""
+    (the process's later random draws are what they would have been without this one); `sources`
+    (draws.source_transform) is active around the call where given."""
     python_state, numpy_state = random.getstate(), np.random.get_state()
     devices = [torch.cuda.current_device()] if device == "cuda" else []
     try:
-        with _fork_rng(devices=devices), torch.device(device):
+        with _fork_rng(devices=devices), torch.device(device), sources or contextlib.nullcontext():
             _manual_seed(seed)
             random.seed(seed)
             np.random.seed(seed % (1 << 32))
@@ -61,7 +64,20 @@ def fresh_draw(get_inputs: Callable[[], Any], seed: int, device: str) -> list[An
         np.random.set_state(numpy_state)
 
 
-def _on_private_globals(function: Callable[[], Any]) -> Callable[[], Any]:
+def unrepeatable_why(get_inputs: Callable[[], Any], device: str) -> str:
+    """Why two draws of `get_inputs()` under one (secret) seed differ, or '' when they agree: a
+    repeatable task's timed inputs and correctness draws are fresh draws; another's are made from
+    its resident inputs (the weaker schemes)."""
+    seed = secrets.randbits(62)
+    try:
+        if same_inputs(fresh_draw(get_inputs, seed, device), fresh_draw(get_inputs, seed, device)):
+            return ""
+        return "the task's get_inputs() gives other values under the same seed"
+    except Exception as exc:  # noqa: BLE001 - the weaker schemes stand
+        return f"the task's get_inputs() raised {type(exc).__name__}: {exc}"[:300]
+
+
+def on_private_globals(function: Callable[[], Any]) -> Callable[[], Any]:
     """`function` looking its globals up in a copy of its module's namespace made now (before any
     candidate code runs): a candidate that rebinds a name in the task's namespace (`torch` to a
     proxy that keeps each draw) changes nothing the timed draws run. The tamper check reports such
@@ -123,17 +139,13 @@ def copy_into(live: list[Any], values: list[Any]) -> None:
 
 class TimedInputs:
     """Where one task's timed inputs come from: fresh draws of `get_inputs()` on `device`, or where
-    two draws under one seed differ (`rotated_why` says why; '' when they agree), secret rotations
-    of the resident `timing_sets` (the caller's list, read when an input is made)."""
+    two draws under one seed differ (`rotated_why` says why, from `unrepeatable_why`; '' when they
+    agree), secret rotations of the resident `timing_sets` (the caller's list, read when an input
+    is made)."""
 
-    def __init__(self, get_inputs: Callable[[], Any], device: str, timing_sets: list[list[Any]]):
-        self.get_inputs, self.device, self.timing_sets = _on_private_globals(get_inputs), device, timing_sets
-        seed = secrets.randbits(62)
-        try:
-            repeatable = same_inputs(self._fresh(seed), self._fresh(seed))
-            self.rotated_why = "" if repeatable else "the task's get_inputs() gives other values under the same seed"
-        except Exception as exc:  # noqa: BLE001 - the rotations stand
-            self.rotated_why = f"the task's get_inputs() raised {type(exc).__name__}: {exc}"[:300]
+    def __init__(self, get_inputs: Callable[[], Any], device: str, timing_sets: list[list[Any]], rotated_why: str):
+        self.get_inputs, self.device, self.timing_sets = get_inputs, device, timing_sets
+        self.rotated_why = rotated_why
 
     def _fresh(self, seed: int) -> list[Any]:
         return fresh_draw(self.get_inputs, seed, self.device)

@@ -1,7 +1,7 @@
 """Judge a set of submissions under a hidden seed and build the leaderboard record.
 
 `run_leaderboard` evaluates one candidate per task with an `Evaluator` whose input draws (model
-weights, the task's inputs and the shuffled/transformed correctness draws, `EvalConfig.seed`) come
+weights, the task's inputs and the transformed correctness draws, `EvalConfig.seed`) come
 from a seed drawn for this run with `secrets` and shown to no one until every verdict is in. The
 record it returns (the content of `leaderboard.json`) reveals the seed, so the run can be repeated
 with `seed=` / `--seed`. `write_leaderboard` writes leaderboard.json, leaderboard.md and the plots.

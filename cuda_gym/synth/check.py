@@ -8,7 +8,7 @@ rescaled towards the target time, a power of two within the memory cap, up to
 must leave its inputs unchanged), magnitude (each floating output's RMS within `output_rms`, as
 docs/task-format.md asks for O(0.1-100) outputs: near-zero results of cancellation are compared
 mostly by rounding), determinism (two forwards give bitwise-equal outputs), and the
-evaluator's own input draws (`cuda_gym.eval.correctness.make_draw`: every draw's output finite,
+evaluator's own input draws (`cuda_gym.eval.draws.make_draw`: every draw's output finite,
 and `degeneracy` finds the outputs distinguishable across draws). `compile_task(job)` runs the
 task under `torch.compile` and compares it with eager at the fp32 tolerance of `EvalConfig`.
 
@@ -28,7 +28,9 @@ from typing import Any
 import torch
 
 from ..eval.config import EvalConfig
-from ..eval.correctness import degeneracy, flatten_outputs, judge_stats, make_draw, output_stats
+from ..eval.correctness import degeneracy, flatten_outputs, judge_stats, output_stats
+from ..eval.draws import make_draw
+from ..eval.timed_inputs import changed_inputs, unrepeatable_why
 from ..tasks.task import load_task_namespace
 
 DEGENERACY_SAMPLE = 2**20  # elements per output compared across draws
@@ -55,7 +57,7 @@ def _sync(device: torch.device) -> None:
 
 
 def build(source: str, sizes: dict[str, Any], device: torch.device, seed: int, task_id: str):
-    """The task's model (eval mode) and inputs on `device`, seeded."""
+    """The task's model (eval mode), inputs on `device` (seeded) and get_inputs()."""
     namespace = load_task_namespace(source, sizes, task_id)
     torch.manual_seed(seed)
     with torch.device(device):
@@ -63,7 +65,7 @@ def build(source: str, sizes: dict[str, Any], device: torch.device, seed: int, t
         inputs = list(namespace["get_inputs"]())
     model = model.to(device).eval()
     inputs = [v.to(device) if isinstance(v, torch.Tensor) else v for v in inputs]
-    return model, inputs
+    return model, inputs, namespace["get_inputs"]
 
 
 def _outputs(value: Any) -> list[torch.Tensor]:
@@ -137,12 +139,11 @@ def _sample(output: torch.Tensor) -> Any:
     return flat.to(torch.float64).cpu().numpy()
 
 
-def _checks(model, inputs, device: torch.device, config: dict[str, Any]) -> list[torch.Tensor]:
+def _checks(model, inputs, get_inputs, device: torch.device, config: dict[str, Any]) -> list[torch.Tensor]:
     with torch.no_grad():
         before = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
         first = _outputs(model(*inputs))
-        changed = [i for i, (a, b) in enumerate(zip(before, inputs))
-                   if isinstance(a, torch.Tensor) and not torch.equal(a, b)]
+        changed = changed_inputs(before, inputs)
         if changed:
             raise CheckFailed("mutates_inputs", f"the forward modified its input(s) {changed}")
         del before
@@ -159,8 +160,10 @@ def _checks(model, inputs, device: torch.device, config: dict[str, Any]) -> list
             raise CheckFailed("nondeterministic", "two forwards on the same inputs gave different outputs")
         del second
         samples = []
+        if unrepeatable_why(get_inputs, device.type):
+            get_inputs = None  # the evaluator rearranges the task's own inputs then
         for draw_index in range(int(config["draws"])):  # the evaluator's own draws of a candidate's inputs
-            draw = make_draw(inputs, draw_index, int(config["seed"]), str(device))
+            draw = make_draw(inputs, draw_index, int(config["seed"]), device.type, get_inputs)
             outputs = first if draw.distribution == "task" else _outputs(model(*draw.inputs))
             for index, output in enumerate(outputs):
                 if output.is_floating_point() and not bool(torch.isfinite(output).all()):
@@ -186,7 +189,7 @@ def check_task(job: dict[str, Any]) -> dict[str, Any]:
     model = inputs = None
     try:
         stage = "load"
-        model, inputs = build(job["source"], sizes, device, int(config["seed"]), task_id)
+        model, inputs, get_inputs = build(job["source"], sizes, device, int(config["seed"]), task_id)
         stage = "eager"
         with torch.no_grad():
             outputs = _outputs(model(*inputs))
@@ -207,7 +210,7 @@ def check_task(job: dict[str, Any]) -> dict[str, Any]:
             sizes[batch_name] = batch
             result["calibrated"] = True
             stage = "load"
-            model, inputs = build(job["source"], sizes, device, int(config["seed"]), task_id)
+            model, inputs, get_inputs = build(job["source"], sizes, device, int(config["seed"]), task_id)
             stage = "timing"
             eager_ms = time_forward(model, inputs, device, config, job.get("timing_lock"))
         result["eager_ms"] = round(eager_ms, 4)
@@ -215,7 +218,7 @@ def check_task(job: dict[str, Any]) -> dict[str, Any]:
             raise CheckFailed("timing", f"eager time {eager_ms:.3g} ms is outside the window {low:g}-{high:g} ms"
                               + (" after rescaling the batch" if result["calibrated"] else ""))
         stage = "checks"
-        outputs = _checks(model, inputs, device, config)
+        outputs = _checks(model, inputs, get_inputs, device, config)
         result["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outputs]
         result.update(ok=True, stage="passed")
     except CheckFailed as exc:
@@ -239,7 +242,7 @@ def compile_task(job: dict[str, Any]) -> dict[str, Any]:
     model = inputs = None
     try:
         torch._dynamo.reset()
-        model, inputs = build(job["source"], job["sizes"], device, int(config["seed"]), job.get("task_id", "<synth>"))
+        model, inputs, _ = build(job["source"], job["sizes"], device, int(config["seed"]), job.get("task_id", "<synth>"))
         with torch.no_grad():
             expected = _outputs(model(*inputs))
             started = time.perf_counter()
