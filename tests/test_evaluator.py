@@ -119,38 +119,28 @@ def test_a_wrong_candidate_ends_at_its_first_look_untimed(cpu_evaluator):
     assert result.message.startswith("trial 0 (") and "modified its input(s) [0]" in result.message, result.message
 
 
-NAN_INPUT_TASK = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.nan_to_num(x, nan=0.0) * 2.0
-
-
-def get_inputs():
-    x = torch.randn(256, 64)
-    x[::7, 3] = float("nan")
-    return [x]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
-def test_nan_in_the_inputs_is_not_a_changed_input(cpu_evaluator):
-    # NaN is unequal to itself: an input check by torch.equal alone called an untouched input with
-    # NaN in it changed, and the reference submitted as itself was INCORRECT (-1).
-    task = task_from_source(NAN_INPUT_TASK, task_id="test/L1/nan_inputs", level=1, name="nan_inputs")
-    result = cpu_evaluator.evaluate(task, NAN_INPUT_TASK + "\n\nclass ModelNew(Model):\n    pass\n",
-                                    config=TEST_CONFIG.replace(policy="permissive"))
-    assert result.ok, result.message
-
-
 def structured_task(signature: str, body: str, inputs: str) -> str:
     return (f"import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, {signature}):\n"
             f"        return {body}\n\n\ndef get_inputs():\n    {inputs}\n\n\ndef get_init_inputs():\n    return []\n")
+
+
+@pytest.mark.parametrize("source", [
+    # NaN is unequal to itself: an input check by torch.equal alone called an untouched input with
+    # NaN in it changed.
+    structured_task("x", "torch.nan_to_num(x, nan=0.0) * 2.0",
+                    "x = torch.randn(256, 64)\n    x[::7, 3] = float('nan')\n    return [x]"),
+    structured_task("x", "torch.nan_to_num(x.real)",
+                    "x = torch.randn(256, 64, dtype=torch.complex64)\n    x[::7, 3] = float('nan')\n    return [x]"),
+    # A Python number drawn at random: each timed call's draw must reach the forward, not only its tensors.
+    structured_task("x, s", "x * s", "return [torch.randn(256, 64), float(torch.rand(1))]"),
+    # An output with a zero-size dimension: the worker's message signature took no such array.
+    structured_task("x", "torch.nonzero(x > 100)", "return [torch.randn(256, 64)]"),
+], ids=["nan_input", "complex_nan_input", "random_python_number", "empty_2d_output"])
+def test_the_reference_submitted_as_itself_is_correct(cpu_evaluator, source):
+    task = task_from_source(source, task_id="test/L1/as_itself", level=1, name="as_itself")
+    result = cpu_evaluator.evaluate(task, source + "\n\nclass ModelNew(Model):\n    pass\n",
+                                    config=TEST_CONFIG.replace(policy="permissive"))
+    assert result.ok, result.message
 
 
 TRIANGULAR = structured_task("A, B", "torch.triu(torch.matmul(A, B))",
@@ -441,6 +431,15 @@ def test_a_reference_that_hangs_costs_one_baseline_timeout_not_one_per_worker(tm
     assert jobs.count("baseline") == 1, jobs
     (entry,) = json.loads((tmp_path / "baselines.json").read_text()).values()
     assert len(entry["failed_at"]) == 1  # measured again after BASELINE_RETRY_S
+
+
+def test_a_reference_that_hangs_in_set_up_is_the_tasks_error_not_the_candidates(cpu_evaluator):
+    # No candidate code is in the worker while the reference runs on every draw: a timeout there
+    # is not the candidate's TIMEOUT (-1 to a policy).
+    task = task_from_source(HANGING_TASK, task_id="test/L1/hangs", level=1, name="hangs")
+    config = TEST_CONFIG.replace(baselines=(), eval_timeout_s=3.0, policy="permissive")
+    result = cpu_evaluator.evaluate(task, HANGING_TASK + "\n\nclass ModelNew(Model):\n    pass\n", config=config)
+    assert result.error_code is ErrorCode.TASK_ERROR and "set-up" in result.message, result.message
 
 
 NO_COMPILE_TASK = '''

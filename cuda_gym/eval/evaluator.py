@@ -302,11 +302,20 @@ class Evaluator:
                                                 reference_device_time=pair and device_time(eager.method, eager.detail)),
                         config.eval_timeout_s, judge.on_message)
             except WorkerTimeout:
-                judge.verdict(ErrorCode.TIMEOUT, f"the evaluation ran past {config.eval_timeout_s:g} s and was "
-                              f"stopped (stage: {judge.stage}); look for an infinite loop or a deadlock")
+                if judge.stage == "setup":  # no candidate code is in the worker before the reference's message
+                    judge.verdict(ErrorCode.TASK_ERROR, f"the task's set-up (the reference's forwards on every draw, "
+                                  f"before the candidate loaded) ran past {config.eval_timeout_s:g} s: raise "
+                                  "EvalConfig.eval_timeout_s or make the task's sizes smaller")
+                else:
+                    judge.verdict(ErrorCode.TIMEOUT, f"the evaluation ran past {config.eval_timeout_s:g} s and was "
+                                  f"stopped (stage: {judge.stage}); look for an infinite loop or a deadlock")
             except WorkerDied as exc:
-                judge.verdict(ErrorCode.RUNTIME_ERROR, f"the worker died during {judge.stage}: {exc} "
-                              "(a segfault, abort, exit or fatal CUDA error in the candidate)")
+                if judge.stage == "setup":
+                    judge.verdict(ErrorCode.TASK_ERROR, f"the worker died while setting up the task, before the "
+                                  f"candidate loaded: {exc}")
+                else:
+                    judge.verdict(ErrorCode.RUNTIME_ERROR, f"the worker died during {judge.stage}: {exc} "
+                                  "(a segfault, abort, exit or fatal CUDA error in the candidate)")
             finally:
                 log = worker.log_tail(config.max_log_chars)
                 worker.kill()

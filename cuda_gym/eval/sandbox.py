@@ -371,7 +371,7 @@ def _digest(key: bytes, seq: int, kind: str, meta: dict, arrays: Sequence[Any]) 
     for array in arrays:
         array = np.ascontiguousarray(array)
         mac.update(f"\0{array.dtype.name}{list(array.shape)}\0".encode())
-        mac.update(memoryview(array).cast("B"))
+        mac.update(memoryview(array.reshape(-1)).cast("B"))  # 1-D: a cast refuses zeros in a 2-D shape
     return mac.hexdigest()
 
 

@@ -94,7 +94,7 @@ def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if _equal(a, b):
         return True
-    return a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return (a.is_floating_point() or a.is_complex()) and bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
 def changed_inputs(loaded: list[Any], live: list[Any]) -> list[int]:
@@ -131,10 +131,13 @@ def rotated(inputs: list[Any], shifts: tuple[int, ...] | list[int]) -> list[Any]
 
 
 def copy_into(live: list[Any], values: list[Any]) -> None:
-    """Copy `values` into the live input tensors in place (same addresses, new values)."""
-    for dst, src in zip(live, values):
+    """Copy `values` into the live input tensors in place (same addresses, new values); an input
+    that is not a tensor (a Python number the task draws at random) is replaced in the list."""
+    for index, (dst, src) in enumerate(zip(live, values)):
         if isinstance(dst, torch.Tensor):
             dst.copy_(src)
+        else:
+            live[index] = src
 
 
 class TimedInputs:
