@@ -174,6 +174,16 @@ def test_a_candidate_that_relies_on_what_the_tasks_inputs_are_is_correct(cpu_eva
     assert {t.distribution for t in result.trials} >= {"task", "fresh", "negated", "scaled_x3"}, result.trials
 
 
+def test_a_complex_output_is_compared_at_the_float_tolerances(cpu_evaluator):
+    # Complex outputs were compared exactly, as integers are: a more accurate FFT was INCORRECT.
+    source = structured_task("x", "torch.fft.fft(x)", "return [torch.randn(64, 256)]")
+    task = task_from_source(source, task_id="test/L1/fft", level=1, name="fft")
+    candidate = source + ("\n\nclass ModelNew(Model):\n    def forward(self, x):\n"
+                          "        return torch.fft.fft(x.double()).to(torch.complex64)\n")
+    result = cpu_evaluator.evaluate(task, candidate, config=TEST_CONFIG.replace(policy="permissive"))
+    assert result.ok, result.message
+
+
 def test_a_draw_the_reference_raises_on_is_replaced_by_a_plain_one(cpu_evaluator):
     # Indices made from rand(): its x3 draw is out of range, and the reference raises there.
     source = structured_task("x, idx", "x[:, idx.long()]", "return [torch.randn(256, 64), (torch.rand(32) * 64).floor()]")

@@ -151,3 +151,11 @@ def test_a_non_contiguous_output_is_probed_at_the_same_positions():
     out = ref.t()  # the same values, column-major: the probe gathers without a copy
     assert not out.is_contiguous()
     assert output_digest.mismatch(digest([out], 1, digest.probe([out], 1)), want, FP32) == ""
+
+
+def test_a_complex_output_is_held_to_both_parts():
+    # Complex outputs are compared as their real view: the imaginary part was outside the digest.
+    ref = torch.complex(_reference(4096, 0), _reference(4096, 1))
+    assert _mismatch(ref.clone(), ref) == ""
+    assert _mismatch(torch.complex(ref.real, -ref.imag), ref) != ""
+    assert _mismatch(torch.complex(ref.real, ref.imag * (1 + 1e-3)), ref) != ""
