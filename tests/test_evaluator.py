@@ -184,6 +184,16 @@ def test_a_complex_output_is_compared_at_the_float_tolerances(cpu_evaluator):
     assert result.ok, result.message
 
 
+def test_a_number_and_a_0_dim_tensor_are_one_output_in_the_trials_and_the_timed_calls(cpu_evaluator):
+    # The trials took a Python float as a float32 tensor, the timed calls' digest as float64: a
+    # candidate returning the 0-dim tensor of a reference's .item() passed the one, failed the other.
+    source = structured_task("x", "(x * x).sum().item()", "return [torch.randn(256, 64)]")
+    task = task_from_source(source, task_id="test/L1/item", level=1, name="item")
+    candidate = source + "\n\nclass ModelNew(Model):\n    def forward(self, x):\n        return (x * x).sum()\n"
+    result = cpu_evaluator.evaluate(task, candidate, config=TEST_CONFIG.replace(policy="permissive"))
+    assert result.ok, result.message
+
+
 def test_a_draw_the_reference_raises_on_is_replaced_by_a_plain_one(cpu_evaluator):
     # Indices made from rand(): its x3 draw is out of range, and the reference raises there.
     source = structured_task("x, idx", "x[:, idx.long()]", "return [torch.randn(256, 64), (torch.rand(32) * 64).floor()]")

@@ -177,10 +177,8 @@ class DigestMaker:
     def _record(self, value: Any, input_index: int, output_index: int, probe: Any = None) -> np.ndarray:
         import torch
 
-        if type(value) in (bool, int, float):  # a Python number (flatten_outputs passes them through)
-            number = float(value)
-            return np.array([_dtype_code("float64"), 1.0, number, number * number,
-                             *([0.0] * SKETCH_BUCKETS), number])
+        if type(value) in (bool, int, float):  # a Python number (flatten_outputs passes them through),
+            value = torch.tensor(value)  # digested as the trials compare it (output_report.as_tensor)
         if type(value) not in (torch.Tensor, torch.nn.Parameter):  # a subclass or any other object: never read
             return np.array([NOT_A_PLAIN_TENSOR, 0.0, math.nan, math.nan])
         # Before anything reads the output: a read of a lazy page is what computes it.
