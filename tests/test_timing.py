@@ -95,3 +95,30 @@ def test_a_tiny_kernel_with_host_bound_calls_keeps_its_held_time():
                                     repeats(0.008, 36, jitter=0), repeats(0.02, 36, jitter=0),
                                     repeats(0.001, 36, jitter=0), hold_ms=0.06)
     assert flags == [] and stats.median_ms == pytest.approx(0.02)
+
+
+def test_every_run_audits_at_least_one_timed_repeat():
+    # The warm-ups are audited at known positions; a candidate honest there and in the trials but
+    # not in its timed calls met a random quarter only, which missed all five repeats 24% of the time.
+    import contextlib
+
+    import torch
+
+    from cuda_gym.eval.timing import Timer
+
+    for _ in range(60):  # without the secret audited repeat, all 60 pass with probability 1e-7
+        timer = Timer("cpu", warmup_reps=1, reps=5, min_reps=3, budget_s=0.0, l2_flush=False)
+        audited = []
+        calls = []
+
+        @contextlib.contextmanager
+        def audit():
+            audited.append(len(calls))
+            yield
+
+        def forward(x):
+            calls.append(1)
+            return x + 1
+
+        timer.run(forward, [torch.zeros(4)], lambda k: None, 1, lambda out, k, *read: 0.0, audit=audit)
+        assert [a for a in audited if a > 0], audited  # call 0 is the audited warm-up

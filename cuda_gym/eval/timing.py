@@ -263,6 +263,10 @@ class Timer:
             held_tail_ms: list[float] = []
             open_issue_ms: list[float] = []
             sums: list[tuple[int, Any]] = []
+            # One audited repeat at a secret position among the first ones, which every run reaches:
+            # the warm-ups are audited at known positions, and a quarter drawn at random can miss
+            # every repeat of a short run (0.75^10 = 6% of ten).
+            audited, forced = 0, chooser.randrange(max(1, min(self.min_reps, self.reps - self.min_reps + 1)))
             started = _perf_counter_ns()
             for rep in range(self.reps):
                 which = rep % sets
@@ -273,8 +277,9 @@ class Timer:
                     self._flush_buffer.zero_()
                 self._sync()
                 timed = len(wall_ms) + len(held_ms)
-                if (audit is not None and chooser.random() < 0.25
+                if (audit is not None and (chooser.random() < 0.25 or (rep >= forced and not audited))
                         and self.reps - rep > self.min_reps - timed):
+                    audited += 1
                     with audit():
                         output = fn(*args)
                     read = checksum.read(output, which)  # outside the recorder: the judge's read is not the forward's

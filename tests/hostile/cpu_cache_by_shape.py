@@ -3,8 +3,12 @@ input shape (the "the benchmark always feeds the same tensor" bet).
 
 TASK: builtin/L1/gelu
 EXPECTED: INCORRECT
-DEFENCE: five correctness trials on different draws (task, shuffled, negated, scaled, centered);
-    the second call already gets a different input.
+MESSAGE: trial 1
+DEFENCE: five correctness trials on different draws (draws.py: the task's own inputs, then four
+    more of other values and distributions). The first call is the judge's first look at trial 0's
+    draw, so the cached output is right for trial 0 (after the timing, whose calls all get it back
+    and whose digests would fail it too), and trial 1, the first checked call on a different draw,
+    fails.
 """
 import torch
 import torch.nn as nn

@@ -1,11 +1,15 @@
 """Forging a well-formed worker message: the protocol is public (cuda_gym.eval.protocol), and the
-channel to the evaluator is a socket among this process's file descriptors. After the correctness
-trials (honest), the first timed call writes a complete "timing" message claiming 0.1 us per call
-(no checksums to check) followed by an "exit" message, so the evaluator stops reading before the
-real timing arrives.
+channel to the evaluator is a socket among this process's file descriptors. The forward is honest
+in its first call (the judge's first look at trial 0's draw, which must pass), and its second call,
+the first of the timing (a warm-up call: the timing comes before the correctness trials), writes a
+complete "timing" message claiming 0.1 us per call (no checksums to check) followed by an "exit"
+message, so that the evaluator would stop reading before the real timing arrives. (Which call
+of the timing a later count lands in depends on the machine's speed: the extra warm-ups run for a
+time.)
 
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
+MESSAGE: failed authentication
 DEFENCE: every message after the job starts carries a sequence number and an HMAC-SHA256 under a
     per-job key that the evaluator sends with the job (and that candidate code cannot reach);
     a message that fails authentication is FORBIDDEN. The evaluator also requires one checksum row
@@ -57,7 +61,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         self.calls += 1
-        if self.calls == 6:  # 5 correctness trials, then the first timed (warm-up) call
+        if self.calls == 2:  # after the first look: the timing's first call, before any timing message
             try:
                 _forge()
             except Exception:

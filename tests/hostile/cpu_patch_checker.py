@@ -5,8 +5,9 @@ result into the input and returns it.
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
 DEFENCE: TamperCheck snapshots the torch module dict (and the identity of torch.equal and other
-    relied-on functions) before the candidate loads; the change is reported with the first trial
-    and the verdict is FORBIDDEN. The comparison itself runs in the evaluator's process.
+    relied-on functions) before the candidate loads; the change is reported with the first look
+    (the forward on trial 0's draw, before the timing) and the verdict is FORBIDDEN. The
+    comparison itself runs in the evaluator's process.
 """
 import torch
 import torch.nn as nn

@@ -1,12 +1,18 @@
 """Telling timed calls by their inputs: an order-free fingerprint of the input (the XOR and the sum
 of its elements' bits, unchanged by any rotation) is kept for every call; an input whose fingerprint
-was seen before is a timed call (the timed inputs are rotations of a few input sets, seen many
-times; the trials' draws are new), and gets an approximate GELU, 0.3% off on every element.
+was seen before is taken for a timed call (the bet: timed inputs are rotations of a few input sets,
+seen many times, while the trials' draws are new), and gets an approximate GELU, 0.3% off on every
+element.
 
 TASK: builtin/L1/gelu
 EXPECTED: INCORRECT
-DEFENCE: every timed call's output is held to the trials' tolerances (output_digest), whatever
-    tells the candidate it is timed.
+MESSAGE: trial 0
+DEFENCE: every timed call gets a fresh draw of the task's inputs (timed_inputs.py), so no timed
+    input was seen before, and each timed output is held to the trials' tolerances (output_digest)
+    whatever tells the candidate it is timed. The inputs seen again are the extra warm-ups' (they
+    reuse the warm-up draws; neither timed nor checked) and trial 0's: the judge's first look ran
+    the forward on trial 0's draw before the timing, so trial 0 (after the timing) gets the
+    approximate GELU and fails its own check.
 """
 import torch
 import torch.nn as nn

@@ -2,10 +2,9 @@
 GELU and returns the input itself (no output allocation, one stream of memory traffic less) in
 every call but its first: the first is the judge's first look at trial 0's draw, which compares the
 inputs as a trial does, and the calls after it are the warm-ups and the timed calls, which come
-before the trials. (An earlier version counted 60 calls to cover the warm-ups and timed calls; the
-extra warm-ups run for a time, not a count, so the count missed the timed calls on a slower
-machine. Telling a timed call apart by the dispatch-mode stack's length is FORBIDDEN under the
-strict policy.) The task's contract (inputs unchanged) is broken in every call that is timed.
+before the trials. (No count of
+calls can cover the timed calls on every machine: the extra warm-ups run for a time. Telling a
+timed call apart by the dispatch-mode stack's length is FORBIDDEN under the strict policy.) The task's contract (inputs unchanged) is broken in every call that is timed.
 
 TASK: builtin/L1/gelu
 EXPECTED: INCORRECT

@@ -1,9 +1,12 @@
-"""Forging a well-formed worker message (CUDA worker): after the honest correctness trials the first
-timed call writes a complete "timing" message (0.1 us per call, no checksums) and an "exit"
-message to the channel's socket.
+"""Forging a well-formed worker message (CUDA worker): the forward is honest in its first call (the
+judge's first look at trial 0's draw), and its second call, the first of the timing (a warm-up
+call: the timing comes before the correctness trials), writes a complete "timing" message (0.1 us
+per call, no checksums) and an "exit" message to the channel's socket. (Which call of the
+timing a later count lands in depends on the machine's speed.)
 
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
+MESSAGE: failed authentication
 DEFENCE: per-job HMAC and sequence numbers on every message (see sandbox.sign): FORBIDDEN.
 """
 import os
@@ -54,7 +57,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         self.calls += 1
-        if self.calls == 6:
+        if self.calls == 2:  # after the first look: the timing's first call, before any timing message
             try:
                 _forge()
             except Exception:

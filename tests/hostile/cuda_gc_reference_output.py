@@ -1,9 +1,13 @@
-"""Reading the reference output from memory (CUDA): gc.get_objects() finds the worker's reference
-outputs; the forward returns the reference output of the trial with the same call index (the
-trials run in order), copied with cudaMemcpyAsync, and computes honestly otherwise.
+"""Reading the reference output from memory (CUDA): gc.get_objects() finds the worker's task set-up
+and its resident reference outputs; in its first call (the judge's first look, always on trial 0's
+draw) the forward returns trial 0's reference output, copied with cudaMemcpyAsync, and computes
+honestly otherwise. (The first look is
+the one checked call a count can place: the trials come after the timing, whose number of calls
+depends on the machine's speed.)
 
 TASK: builtin/L1/gelu
 EXPECTED: FORBIDDEN
+MESSAGE: denied: gc.get_objects
 DEFENCE: tripwire.Tripwire denies gc.get_objects to candidate code and records the attempt.
 """
 import gc
@@ -41,15 +45,16 @@ class ModelNew(nn.Module):
         self.store = None
 
     def forward(self, x):
+        self.calls += 1
         if self.store is None:
-            try:
-                self.store = next(o for o in gc.get_objects() if hasattr(o, "reference_outputs") and hasattr(o, "draws"))
+            try:  # the worker's TaskSetup (cuda_gym/eval/task_setup.py)
+                self.store = next(o for o in gc.get_objects()
+                                  if hasattr(o, "reference_outputs") and hasattr(o, "timing_sets"))
             except Exception:
                 self.store = False
         y = torch.empty_like(x)
-        if self.store and self.calls < len(self.store.reference_outputs):
-            _lib.copy(self.store.reference_outputs[self.calls][0], y, y.numel())
+        if self.calls == 1 and self.store and self.store.reference_outputs and self.store.reference_outputs[0]:
+            _lib.copy(self.store.reference_outputs[0][0], y, y.numel())
         else:
             _lib.gelu(x, y, x.numel())
-        self.calls += 1
         return y

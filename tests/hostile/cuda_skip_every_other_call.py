@@ -1,8 +1,17 @@
-"""Skipping work on some calls (CUDA): honest for the five correctness trials, then the kernel runs
-only on every other call and skipped calls return the previous output.
+"""Skipping work on some calls (CUDA): in the timing (the warm-ups and the timed calls) the kernel
+runs only on every other call and skipped calls return the previous output; the checked calls (the
+judge's first look at trial 0's draw, first of all, the correctness trials after the timing) are
+honest, and so are the paired calls and the profiled forward. The timing's calls are told apart by
+their input's address, not by a count (how many calls the timing takes depends on the machine's
+speed: the extra warm-ups run for a time, so a count cannot tell the last timed call from the first
+trial): every warm-up and timed call gets the timer's live input tensors, whose storage the
+forward keeps alive from the timing's first call (its second call); the first look, the trials
+and the profiled forward get fresh clones, the paired calls the pairing's own live tensors. The
+timed calls come one after another and every one is checksummed, so one at least is skipped.
 
 TASK: builtin/L1/gelu
 EXPECTED: INCORRECT
+MESSAGE: returned a wrong result
 DEFENCE: per-call checksums of every timed output against the reference for that call's input,
     with secret position-sensitive samples (a stale output fails even when its plain sums agree).
 """
@@ -32,11 +41,15 @@ class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
         self.calls = 0
+        self.timing_input = None
         self.last = None
 
     def forward(self, x):
         self.calls += 1
-        if self.calls > 5 and self.calls % 2 == 0 and self.last is not None:
+        if self.calls == 2:  # the timing's first call: the timer's live input, kept (no clone can take its address)
+            self.timing_input = x
+        timed = self.timing_input is not None and x.data_ptr() == self.timing_input.data_ptr()
+        if timed and self.calls % 2 == 1 and self.last is not None:  # every other call of the timing
             return self.last
         y = torch.empty_like(x)
         _lib.gelu(x, y, x.numel())
