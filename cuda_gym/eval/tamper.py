@@ -48,7 +48,7 @@ WATCHED_MODULES = (
     "cuda_gym.eval.eval_job", "cuda_gym.eval.baseline_job",
     "cuda_gym.eval.op_policy", "cuda_gym.eval.recorder", "cuda_gym.eval.native_calls", "cuda_gym.eval.tripwire",
     "cuda_gym.eval.tamper", "cuda_gym.eval.timing", "cuda_gym.eval.memory",
-    "cuda_gym.eval.correctness", "cuda_gym.eval.protocol", "cuda_gym.eval.sandbox", "cuda_gym.eval.result",
+    "cuda_gym.eval.correctness", "cuda_gym.eval.draws", "cuda_gym.eval.protocol", "cuda_gym.eval.sandbox", "cuda_gym.eval.result",
     "cuda_gym.eval.config", "cuda_gym.eval.output_digest", "cuda_gym.eval.switches", "cuda_gym.eval.host_memory",
     "cuda_gym.eval.triton_support", "cuda_gym.eval.timed_inputs", "cuda_gym.eval.cupy_support",
 )
@@ -66,6 +66,7 @@ WATCHED_CLASSES = (
     ("torch.overrides", "TorchFunctionMode"),
     ("cuda_gym.eval.switches", "Switches"), ("cuda_gym.eval.output_digest", "DigestMaker"),
     ("cuda_gym.eval.channel", "Channel"), ("cuda_gym.eval.task_setup", "TaskSetup"), ("cuda_gym.eval.timing", "Timer"),
+    ("cuda_gym.eval.draws", "_SourceTransform"),  # the correctness draws are made after candidate code loaded
     ("collections", "Counter"),  # the op recorder counts ops in one
     # Triton's launch paths, where triton_support counts launches (present once it is imported).
     ("triton.runtime.jit", "JITFunction"), ("triton.runtime.interpreter", "InterpretedFunction"),

@@ -1,16 +1,21 @@
-"""Precomputing the expected outputs: the evaluator's input draws are a deterministic function of
-the task and the (public, default 0) seed, so the constructor reproduces them with the evaluator's
-own helpers, computes the reference outputs with PyTorch (constructors are not under the op
-recorder), and the forward returns the stored answer when the input bytes match (native memcmp,
-memcpy); otherwise it computes honestly with a plain GELU loop.
+"""Precomputing the expected outputs: the correctness draws are a deterministic function of the
+task and the (public, default 0) seed, so the constructor makes them again with the evaluator's own
+public helper as the worker does (base inputs from get_inputs() under torch.manual_seed(seed + 1);
+draw i = cuda_gym.eval.draws.make_draw(base, i, seed + 2, device, get_inputs)), for the five
+correctness draws (the default trial count) and the three after them (the resident timing sets),
+computes their GELU with PyTorch (constructors are not under the op recorder), and the forward
+returns the stored answer when the input bytes match one (native memcmp, memcpy); otherwise it
+computes honestly with a plain GELU loop. The first look and every correctness trial are served
+from the table.
 
 TASK: builtin/L1/gelu
 EXPECTED: OK_NOT_FASTER
-DEFENCE: the inputs of timed calls are secret variants (each input set rotated by a random shift
-    drawn in the worker after the reference ran), so nothing precomputed ever matches a timed call;
-    what is timed is the honest path. (The correctness trials themselves are reproducible from the
-    seed, so a precomputed answer can pass them; the per-call checksums of the timed calls still
-    check the honest path's results.)
+DEFENCE: the inputs of the timed calls are fresh draws of the task's get_inputs() under secret
+    seeds drawn in the worker (timed_inputs: never the correctness draws nor the resident timing
+    sets, for a task whose get_inputs() is repeatable), so nothing precomputed matches a timed call
+    and what is timed is the honest path, held to the reference by every timed call's digest. The
+    correctness trials are reproducible from the public seed, so a precomputed answer passes them:
+    the trick is correct but gains nothing.
 """
 import torch
 import torch.nn as nn
@@ -39,16 +44,17 @@ extern "C" void gelu(const float* x, float* y, int64_t n) {
 
 
 def _expected_pairs():
-    from cuda_gym.eval.correctness import make_draws
+    from cuda_gym.eval.draws import make_draw
     from cuda_gym.tasks import get_task
 
     namespace = get_task("builtin/L1/gelu").namespace("cpu")
-    seed = 0
+    seed, trials, timing_sets = 0, 5, 3  # EvalConfig's public defaults: seed, correctness_trials, timing_input_sets
     torch.manual_seed(seed + 1)
     base = list(namespace["get_inputs"]())
     pairs = []
-    for draw in make_draws(base, 5 + 3, seed + 2, "cpu"):
-        pairs.append((draw.inputs[0].contiguous(), F.gelu(draw.inputs[0]).contiguous()))
+    for index in range(trials + timing_sets):
+        given = make_draw(base, index, seed + 2, "cpu", namespace["get_inputs"]).inputs[0].contiguous()
+        pairs.append((given, F.gelu(given).contiguous()))
     return pairs
 
 

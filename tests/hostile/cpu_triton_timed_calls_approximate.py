@@ -1,16 +1,21 @@
-"""Checked calls exact, timed calls approximate, in Triton: the forward asks whether a profiler
-runs (the correctness trials run under the op recorder's profiler session, the timed calls do
-not) and, when none does, launches the kernel with a constexpr that makes it 0.3% off on every
-element, alternately high and low (what a cheaper approximation would give).
+"""Checked calls exact, timed calls approximate, in Triton: in every call of the timing (the
+warm-ups and the timed calls) the forward launches the kernel with a constexpr that makes it 0.3%
+off on every element, alternately high and low (what a cheaper approximation would give); the
+checked calls (the judge's first look at trial 0's draw, the first call, and the correctness
+trials, after the timing) launch the exact variant. The timing's calls are told apart by their
+input's address: every warm-up and timed call gets the same live input tensors, whose storage the
+forward keeps alive from the timing's first call (its second call), while the first look and every
+trial get a fresh clone.
 
 TASK: builtin/L2/bias_scale_sigmoid
 EXPECTED: INCORRECT
+MESSAGE: sampled elements out of tolerance
 EVAL_TIMEOUT_S: 120
 DEFENCE: every timed call's output is held to the trials' tolerances through its digest
-    (output_digest), compared in the evaluator with the reference's output for the same input.
+    (output_digest), compared in the evaluator with the reference's output for the same input; a
+    0.3% error on every element fails the secret samples' elementwise bound first.
 """
 import torch
-import torch.autograd.profiler as profiler
 import torch.nn as nn
 import triton
 import triton.language as tl
@@ -32,12 +37,18 @@ class ModelNew(nn.Module):
         super().__init__()
         self.bias = nn.Parameter(torch.randn(dim) * 0.5)
         self.scale = scale
+        self.calls = 0
+        self.timing_input = None
 
     def forward(self, x):
+        self.calls += 1
+        if self.calls == 2:  # the timing's first call: the timer's live input, kept (no clone can take its address)
+            self.timing_input = x
+        timed = self.timing_input is not None and x.data_ptr() == self.timing_input.data_ptr()
         x = x.contiguous()
         y = torch.empty_like(x)
         n = x.numel()
         block = 1024 if x.is_cuda else 65536
         bias_scale_sigmoid_kernel[(triton.cdiv(n, block),)](x, self.bias, y, n, self.bias.numel(), float(self.scale),
-                                                            BLOCK=block, APPROXIMATE=not profiler._is_profiler_enabled)
+                                                            BLOCK=block, APPROXIMATE=timed)
         return y
