@@ -204,6 +204,15 @@ def test_a_draw_the_reference_raises_on_is_replaced_by_a_plain_one(cpu_evaluator
     assert "scaled_x3" not in [t.distribution for t in result.trials], result.trials
 
 
+def test_a_reference_that_changes_its_inputs_is_the_tasks_error(cpu_evaluator):
+    # Submitted as itself, such a reference would be INCORRECT: the task is at fault, not a candidate.
+    source = structured_task("x", "x.relu_()", "return [torch.randn(256, 64)]")
+    task = task_from_source(source, task_id="test/L1/in_place", level=1, name="in_place")
+    result = cpu_evaluator.evaluate(task, source + "\n\nclass ModelNew(Model):\n    pass\n",
+                                    config=TEST_CONFIG.replace(policy="permissive"))
+    assert result.error_code is ErrorCode.TASK_ERROR and "modifies its input(s) [0]" in result.message, result.message
+
+
 def test_a_reference_that_is_never_finite_is_the_tasks_error(cpu_evaluator):
     source = structured_task("x", "torch.log(torch.relu(x))", "return [torch.randn(256, 64)]")
     task = task_from_source(source, task_id="test/L1/never_finite", level=1, name="never_finite")

@@ -18,7 +18,7 @@ from .correctness import ToleranceFloor, flatten_outputs, output_stats, toleranc
 from .draws import Draw, draw_label, fallback_draw, make_draw
 from .failures import is_oom
 from .output_report import as_tensor, compact, finite
-from .timed_inputs import TimedInputs, on_private_globals, unrepeatable_why
+from .timed_inputs import TimedInputs, changed_inputs, on_private_globals, unrepeatable_why
 
 _perf_counter = time.perf_counter
 
@@ -79,6 +79,10 @@ class TaskSetup:
             torch.cuda.reset_peak_memory_stats()
         with_copy = memory.device_used_bytes(device)
         self.first_output = self.reference_output(0, first_inputs)
+        changed = changed_inputs(self.base, first_inputs)
+        if changed:  # the reference as its own candidate would be INCORRECT: the task is at fault
+            raise ValueError(f"the reference's forward modifies its input(s) {changed}; a task's forward must leave "
+                             "its inputs unchanged (docs/task-format.md)")
         del first_inputs
         if not finite(self.first_output):
             self.fallback.add(0)
