@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from cuda_gym.eval.timed_inputs import (InputsChanged, TimedInput, TimedInputs, TimedLoader, changed_inputs, fresh_draw,
-                                        rotated, same_inputs, secret_shifts, unrepeatable_why)
+from cuda_gym.eval.timed_inputs import (SEED_IGNORED, InputsChanged, TimedInput, TimedInputs, TimedLoader,
+                                        changed_inputs, fresh_draw, rotated, same_inputs, secret_shifts, seed_check)
 
 
 def get_inputs():
@@ -82,13 +82,13 @@ def test_rotated_fallback_keeps_the_values_and_moves_them():
 def test_a_task_whose_draws_repeat_gets_fresh_draws_and_one_that_drifts_gets_rotations():
     chooser = random.SystemRandom()
     sets = [[torch.arange(12.0)]]
-    assert unrepeatable_why(get_inputs, "cpu") == ""
+    assert seed_check(get_inputs, "cpu") == ("", "")
     fresh = TimedInputs(get_inputs, "cpu", sets, "")
     timed = fresh.secret(chooser, 0)
     assert timed.seed is not None and same_inputs(fresh.values(timed), fresh.values(timed))
 
     counter = iter(range(100))
-    why = unrepeatable_why(lambda: [torch.full((4,), float(next(counter)))], "cpu")
+    why, _ = seed_check(lambda: [torch.full((4,), float(next(counter)))], "cpu")
     assert "other values under the same seed" in why
     drifting = TimedInputs(lambda: [torch.full((4,), float(next(counter)))], "cpu", sets, why)
     timed = drifting.secret(chooser, 0)
@@ -148,3 +148,13 @@ def test_the_timers_read_the_probe_before_the_clock_stops(monkeypatch):
     calls = [i for i, e in enumerate(events) if e == "call"]
     for i in calls[-2:]:
         assert events[i - 2: i + 4] == ["prepare", "clock", "call", "probe", "clock", "digest:['read']"], events
+
+
+def test_a_task_that_seeds_itself_is_told_apart():
+    # Every "fresh" draw of such a task is the same: a cache keyed on a few elements would serve
+    # every timed call, so the task is degenerate (speed earns nothing).
+    def seeds_itself():
+        torch.manual_seed(1234)
+        return [torch.randn(8, 8)]
+
+    assert seed_check(seeds_itself, "cpu") == ("", SEED_IGNORED)

@@ -118,7 +118,8 @@ def run_baseline(channel: Channel, job: dict, device: str) -> None:
     # Whether the task can tell a kernel from a constant, decided here once per task (no candidate
     # code has run in this process) from the same draws and tolerances an eval worker's judge sees.
     floors = [setup.tolerance_floors(index) for index in range(setup.trial_count)]
-    channel.send("baseline_degenerate", {"reason": degenerate_reason(samples, floors, setup.stats_config)})
+    channel.send("baseline_degenerate", {"reason": setup.seed_ignored or degenerate_reason(samples, floors,
+                                                                                           setup.stats_config)})
 
 
 def run_prewarm(channel: Channel, job: dict, device: str) -> None:

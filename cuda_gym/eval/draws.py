@@ -1,7 +1,7 @@
 """The correctness draws of a task's inputs, made in the worker.
 
 Draw 0 is the task's own `get_inputs()` (the base inputs). Where the task's `get_inputs()` gives
-the same values twice under one seed (`timed_inputs.unrepeatable_why`), every other draw is
+the same values twice under one seed (`timed_inputs.seed_check`), every other draw is
 `get_inputs()` run again under the draw's own seed with the values of its random sources
 transformed where they are made (`source_transform`): fresh (as drawn), negated, scaled by 3,
 centred (each generated tensor minus its own mean). The structure the task's code builds from

@@ -73,6 +73,7 @@ def run_eval(channel: Channel, job: dict, device: str) -> None:
                                "distributions": setup.distributions, "outputs": specs,
                                "timing_digests": len(timing_digests), "memory": plan.to_meta(),
                                "reference_error": setup.reference_error_meta(),
+                               "seed_ignored": setup.seed_ignored,
                                "seconds": _perf_counter() - started,
                                "parts_s": clock.phases}, arrays + timing_digests)
     del arrays, specs, timing_digests

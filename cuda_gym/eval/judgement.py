@@ -175,8 +175,8 @@ class Judgement:
         self.result.device_memory = {k: float(v) for k, v in dict(message.meta.get("memory", {})).items()}
         noise = self._read_reference_error(message.meta.get("reference_error"))
         if self.degenerate is None:  # not yet known for this task (Evaluator keeps it with the baselines)
-            self.degenerate = degenerate_reason(self.reference[: self.config.correctness_trials],
-                                                self.tolerance_floors, self.config)
+            self.degenerate = str(message.meta.get("seed_ignored") or "") or degenerate_reason(
+                self.reference[: self.config.correctness_trials], self.tolerance_floors, self.config)
         reason = self.degenerate
         warnings = [f"{reason}; this task cannot tell a kernel from a constant, so speed earns nothing here "
                     "(reward at most 1)"] if reason else []

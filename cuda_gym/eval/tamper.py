@@ -41,6 +41,7 @@ WATCHED_MODULES = (
     "torch.library", "torch._C", "torch._ops", "torch.overrides", "torch.backends", "torch.backends.cuda",
     "torch.backends.cudnn", "torch.random", "torch.testing", "torch.utils.cpp_extension",
     "cuda_gym.native",
+    "numpy.random",  # the draws of a task whose get_inputs() uses NumPy's stream, made after candidate code loaded
     # The worker's own modules (worker.py and the jobs it runs) and the guards (this module's kin).
     "cuda_gym.eval.worker", "cuda_gym.eval.channel", "cuda_gym.eval.worker_device", "cuda_gym.eval.output_report",
     "cuda_gym.eval.failures", "cuda_gym.eval.task_setup", "cuda_gym.eval.phase_clock", "cuda_gym.eval.timed_calls",

@@ -18,7 +18,7 @@ from .correctness import ToleranceFloor, flatten_outputs, output_stats, toleranc
 from .draws import Draw, draw_label, fallback_draw, make_draw
 from .failures import is_oom
 from .output_report import as_tensor, compact, finite
-from .timed_inputs import TimedInputs, changed_inputs, on_private_globals, unrepeatable_why
+from .timed_inputs import TimedInputs, changed_inputs, on_private_globals, seed_check
 
 _perf_counter = time.perf_counter
 
@@ -63,9 +63,10 @@ class TaskSetup:
         self.namespace = load_task_namespace(job["task_source"], job["sizes"], job["task_id"])
         self.init_inputs, self.model, self.base = reference_and_inputs(self.namespace, self.seed, device)
         # get_inputs() looked up in a copy of the task's namespace made now, before any candidate code
-        # runs; where it is repeatable, the draws after the first and the timed inputs are fresh draws.
+        # runs; where it is repeatable, the draws after the first and the timed inputs are fresh draws;
+        # where it ignores the seed (`seed_ignored`, a reason), the task is degenerate.
         self.get_inputs = on_private_globals(self.namespace["get_inputs"])
-        self.inputs_unrepeatable = unrepeatable_why(self.get_inputs, device)
+        self.inputs_unrepeatable, self.seed_ignored = seed_check(self.get_inputs, device)
         self.fallback: set[int] = set()  # draws replaced by a plain one: the reference was not finite or raised
         self.distributions: list[str] = []
         self.reference_outputs: list[list[torch.Tensor] | None] = []
@@ -148,8 +149,11 @@ class TaskSetup:
             if inputs is not None:
                 return forward(inputs)
             try:
-                outputs = forward(self.draw(index).inputs)
-                replace = not finite(outputs)
+                draw = self.draw(index)
+                replace = not self.within_task_range(draw)
+                outputs = [] if replace else forward(draw.inputs)
+                replace = replace or not finite(outputs)
+                del draw
             except Exception as exc:  # noqa: BLE001 - a transformed draw may leave what the task accepts
                 if index == 0 or index in self.fallback or is_oom(exc):
                     raise
@@ -162,6 +166,20 @@ class TaskSetup:
                                      "draw that replaced it: a task's outputs must be finite (docs/task-format.md), "
                                      "since a candidate's NaN or inf is never correct")
         return outputs
+
+    def within_task_range(self, draw: Draw) -> bool:
+        """Whether each integer or boolean input of a transformed draw lies within the range of the
+        task's own inputs: indices made from a float generator (`(torch.rand(n) * k).long()`) are
+        negative in the negated draw, and a reference that wraps them gives finite outputs that no
+        correct gather matches. A plain draw is the task's own kind of input."""
+        if draw.distribution in ("task", "fresh", "shuffled"):
+            return True
+        for value, base in zip(draw.inputs, self.base):
+            if (isinstance(value, torch.Tensor) and isinstance(base, torch.Tensor) and value.numel() and base.numel()
+                    and not (value.is_floating_point() or value.is_complex())):
+                if bool(value.min() < base.min()) or bool(value.max() > base.max()):
+                    return False
+        return True
 
     def draw_label(self, index: int) -> str:
         """What draw `index` is called in the verdict (its distribution, or "fresh"/"shuffled" where
@@ -307,7 +325,7 @@ class TaskSetup:
         for index in range(first, first + self.plan.timing_sets):
             draw = self.draw(index)
             try:
-                usable = finite(self.reference_output(index, draw.inputs))
+                usable = self.within_task_range(draw) and finite(self.reference_output(index, draw.inputs))
             except Exception as exc:  # noqa: BLE001 - falls back as a trial's draw does
                 if is_oom(exc):
                     raise

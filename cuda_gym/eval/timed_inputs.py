@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 _fork_rng, _manual_seed, _equal = torch.random.fork_rng, torch.manual_seed, torch.equal
+_np_seed, _np_get_state, _np_set_state = np.random.seed, np.random.get_state, np.random.set_state
 
 
 @dataclass(frozen=True)
@@ -51,30 +52,37 @@ def fresh_draw(get_inputs: Callable[[], Any], seed: int, device: str,
     """`get_inputs()` on `device` with the global random streams seeded from `seed`, then restored
     (the process's later random draws are what they would have been without this one); `sources`
     (draws.source_transform) is active around the call where given."""
-    python_state, numpy_state = random.getstate(), np.random.get_state()
+    python_state, numpy_state = random.getstate(), _np_get_state()
     devices = [torch.cuda.current_device()] if device == "cuda" else []
     try:
         with _fork_rng(devices=devices), torch.device(device), sources or contextlib.nullcontext():
             _manual_seed(seed)
             random.seed(seed)
-            np.random.seed(seed % (1 << 32))
+            _np_seed(seed % (1 << 32))
             return [v.to(device) if isinstance(v, torch.Tensor) else v for v in get_inputs()]
     finally:
         random.setstate(python_state)
-        np.random.set_state(numpy_state)
+        _np_set_state(numpy_state)
 
 
-def unrepeatable_why(get_inputs: Callable[[], Any], device: str) -> str:
-    """Why two draws of `get_inputs()` under one (secret) seed differ, or '' when they agree: a
-    repeatable task's timed inputs and correctness draws are fresh draws; another's are made from
-    its resident inputs (the weaker schemes)."""
+SEED_IGNORED = ("the task's get_inputs() gives the same values under every seed (it seeds itself), so no timed "
+                "call gets inputs it has not seen: a cached output cannot be told from a kernel")
+
+
+def seed_check(get_inputs: Callable[[], Any], device: str) -> tuple[str, str]:
+    """(why two draws of `get_inputs()` under one secret seed differ, or '' when they agree; why
+    the draws cannot tell a cache apart, or ''): a repeatable task's timed inputs and correctness
+    draws are fresh draws, another's are made from its resident inputs (the weaker schemes); a task
+    whose draws are the same under two seeds is degenerate (SEED_IGNORED)."""
     seed = secrets.randbits(62)
     try:
-        if same_inputs(fresh_draw(get_inputs, seed, device), fresh_draw(get_inputs, seed, device)):
-            return ""
-        return "the task's get_inputs() gives other values under the same seed"
+        first = fresh_draw(get_inputs, seed, device)
+        if not same_inputs(first, fresh_draw(get_inputs, seed, device)):
+            return "the task's get_inputs() gives other values under the same seed", ""
+        other = fresh_draw(get_inputs, seed ^ (1 + secrets.randbits(61)), device)
+        return "", SEED_IGNORED if same_inputs(first, other) else ""
     except Exception as exc:  # noqa: BLE001 - the weaker schemes stand
-        return f"the task's get_inputs() raised {type(exc).__name__}: {exc}"[:300]
+        return f"the task's get_inputs() raised {type(exc).__name__}: {exc}"[:300], ""
 
 
 def on_private_globals(function: Callable[[], Any]) -> Callable[[], Any]:
@@ -142,7 +150,7 @@ def copy_into(live: list[Any], values: list[Any]) -> None:
 
 class TimedInputs:
     """Where one task's timed inputs come from: fresh draws of `get_inputs()` on `device`, or where
-    two draws under one seed differ (`rotated_why` says why, from `unrepeatable_why`; '' when they
+    two draws under one seed differ (`rotated_why` says why, from `seed_check`; '' when they
     agree), secret rotations of the resident `timing_sets` (the caller's list, read when an input
     is made)."""
 

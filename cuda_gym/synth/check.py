@@ -30,7 +30,7 @@ import torch
 from ..eval.config import EvalConfig
 from ..eval.correctness import degeneracy, flatten_outputs, judge_stats, output_stats
 from ..eval.draws import make_draw
-from ..eval.timed_inputs import changed_inputs, unrepeatable_why
+from ..eval.timed_inputs import changed_inputs, seed_check
 from ..tasks.task import load_task_namespace
 
 DEGENERACY_SAMPLE = 2**20  # elements per output compared across draws
@@ -160,7 +160,10 @@ def _checks(model, inputs, get_inputs, device: torch.device, config: dict[str, A
             raise CheckFailed("nondeterministic", "two forwards on the same inputs gave different outputs")
         del second
         samples = []
-        if unrepeatable_why(get_inputs, device.type):
+        unrepeatable, seed_ignored = seed_check(get_inputs, device.type)
+        if seed_ignored:
+            raise CheckFailed("degenerate", seed_ignored)
+        if unrepeatable:
             get_inputs = None  # the evaluator rearranges the task's own inputs then
         for draw_index in range(int(config["draws"])):  # the evaluator's own draws of a candidate's inputs
             draw = make_draw(inputs, draw_index, int(config["seed"]), device.type, get_inputs)
