@@ -102,7 +102,7 @@ class TaskSetup:
             return memory.plan_memory(
                 input_bytes=memory.tensor_bytes(self.base), output_bytes=output_bytes,
                 reference_extra_bytes=max(0, int(extra)), used_bytes=used, budget_bytes=budget,
-                trials=self.trial_count, timing_sets=config["timing_input_sets"],
+                trials=self.trial_count, timing_sets=config["timing_input_sets"] if self.inputs_unrepeatable else 0,
                 min_slack_bytes=memory.CUDA_SLACK_MIN_BYTES if device == "cuda" else 0,
                 model_copy_bytes=copies * weights)
 
@@ -319,8 +319,10 @@ class TaskSetup:
         return [tolerance_floor(error, self.stats_config) for error in self.reference_error[index]]
 
     def prepare_timing_sets(self) -> None:
-        """The resident timing input sets: the draws after the trials' (the same in every worker).
-        Then where the timed calls' inputs come from (timed_inputs.TimedInputs)."""
+        """The resident timing input sets: the draws after the trials' (the same in every worker),
+        which only a task whose get_inputs() is not repeatable rotates (its plan keeps them; a
+        repeatable task's timed calls get fresh draws, and the base inputs serve as the live
+        tensors' template). Then where the timed calls' inputs come from (timed_inputs.TimedInputs)."""
         first = self.trial_count
         for index in range(first, first + self.plan.timing_sets):
             draw = self.draw(index)
@@ -334,7 +336,7 @@ class TaskSetup:
                 self.fallback.add(index)
                 draw = self.draw(index)
             self.timing_sets.append(draw.inputs)
-        if not self.timing_sets:  # no room for another set: every timed call rotates the base inputs
+        if not self.timing_sets:  # fresh draws, or no room for another set: the base inputs serve
             self.timing_sets.append(self.base)
         self.timed_inputs = TimedInputs(self.get_inputs, self.device, self.timing_sets, self.inputs_unrepeatable)
 
