@@ -124,6 +124,16 @@ def structured_task(signature: str, body: str, inputs: str) -> str:
             f"        return {body}\n\n\ndef get_inputs():\n    {inputs}\n\n\ndef get_init_inputs():\n    return []\n")
 
 
+def judged(evaluator: Evaluator, source: str, forward: str | None = None) -> EvalResult:
+    """The task `source` judged (permissive) with a candidate whose forward returns `forward`, or
+    (None) with the reference submitted as itself."""
+    signature = source.split("def forward(self, ")[1].split(")")[0]
+    candidate = source + (f"\n\nclass ModelNew(Model):\n    def forward(self, {signature}):\n        return {forward}\n"
+                          if forward else "\n\nclass ModelNew(Model):\n    pass\n")
+    task = task_from_source(source, task_id="test/L1/custom", level=1, name="custom")
+    return evaluator.evaluate(task, candidate, config=TEST_CONFIG.replace(policy="permissive"))
+
+
 @pytest.mark.parametrize("source", [
     # NaN is unequal to itself: an input check by torch.equal alone called an untouched input with
     # NaN in it changed.
@@ -137,9 +147,7 @@ def structured_task(signature: str, body: str, inputs: str) -> str:
     structured_task("x", "torch.nonzero(x > 100)", "return [torch.randn(256, 64)]"),
 ], ids=["nan_input", "complex_nan_input", "random_python_number", "empty_2d_output"])
 def test_the_reference_submitted_as_itself_is_correct(cpu_evaluator, source):
-    task = task_from_source(source, task_id="test/L1/as_itself", level=1, name="as_itself")
-    result = cpu_evaluator.evaluate(task, source + "\n\nclass ModelNew(Model):\n    pass\n",
-                                    config=TEST_CONFIG.replace(policy="permissive"))
+    result = judged(cpu_evaluator, source)
     assert result.ok, result.message
 
 
@@ -170,10 +178,7 @@ def test_a_candidate_that_relies_on_what_the_tasks_inputs_are_is_correct(cpu_eva
     # The correctness draws are the task's get_inputs() again with its random values transformed
     # where they are made (draws.py): rearranging or scaling the finished inputs broke the structure
     # and gave such candidates -1.
-    signature = source.split("def forward(self, ")[1].split(")")[0]
-    candidate = source + f"\n\nclass ModelNew(Model):\n    def forward(self, {signature}):\n        return {forward}\n"
-    task = task_from_source(source, task_id="test/L1/structured", level=1, name="structured")
-    result = cpu_evaluator.evaluate(task, candidate, config=TEST_CONFIG.replace(policy="permissive"))
+    result = judged(cpu_evaluator, source, forward)
     assert result.ok, result.message
     assert {t.distribution for t in result.trials} >= {"task", "fresh"}, result.trials
 
@@ -181,29 +186,22 @@ def test_a_candidate_that_relies_on_what_the_tasks_inputs_are_is_correct(cpu_eva
 def test_a_complex_output_is_compared_at_the_float_tolerances(cpu_evaluator):
     # Complex outputs were compared exactly, as integers are: a more accurate FFT was INCORRECT.
     source = structured_task("x", "torch.fft.fft(x)", "return [torch.randn(64, 256)]")
-    task = task_from_source(source, task_id="test/L1/fft", level=1, name="fft")
-    candidate = source + ("\n\nclass ModelNew(Model):\n    def forward(self, x):\n"
-                          "        return torch.fft.fft(x.double()).to(torch.complex64)\n")
-    result = cpu_evaluator.evaluate(task, candidate, config=TEST_CONFIG.replace(policy="permissive"))
+    result = judged(cpu_evaluator, source, "torch.fft.fft(x.double()).to(torch.complex64)")
     assert result.ok, result.message
 
 
 def test_a_number_and_a_0_dim_tensor_are_one_output_in_the_trials_and_the_timed_calls(cpu_evaluator):
     # The trials took a Python float as a float32 tensor, the timed calls' digest as float64: a
     # candidate returning the 0-dim tensor of a reference's .item() passed the one, failed the other.
-    source = structured_task("x", "(x * x).sum().item()", "return [torch.randn(256, 64)]")
-    task = task_from_source(source, task_id="test/L1/item", level=1, name="item")
-    candidate = source + "\n\nclass ModelNew(Model):\n    def forward(self, x):\n        return (x * x).sum()\n"
-    result = cpu_evaluator.evaluate(task, candidate, config=TEST_CONFIG.replace(policy="permissive"))
+    result = judged(cpu_evaluator, structured_task("x", "(x * x).sum().item()", "return [torch.randn(256, 64)]"),
+                    "(x * x).sum()")
     assert result.ok, result.message
 
 
 def test_a_draw_the_reference_raises_on_is_replaced_by_a_plain_one(cpu_evaluator):
     # Indices made from rand(): its x3 draw is out of range, and the reference raises there.
-    source = structured_task("x, idx", "x[:, idx.long()]", "return [torch.randn(256, 64), (torch.rand(32) * 64).floor()]")
-    task = task_from_source(source, task_id="test/L1/rand_indices", level=1, name="rand_indices")
-    result = cpu_evaluator.evaluate(task, source + "\n\nclass ModelNew(Model):\n    pass\n",
-                                    config=TEST_CONFIG.replace(policy="permissive"))
+    result = judged(cpu_evaluator, structured_task("x, idx", "x[:, idx.long()]",
+                                                   "return [torch.randn(256, 64), (torch.rand(32) * 64).floor()]"))
     assert result.ok, result.message
     assert "scaled_x3" not in [t.distribution for t in result.trials], result.trials
 
@@ -224,18 +222,12 @@ def test_a_task_that_seeds_its_own_inputs_pays_nothing_for_speed(cpu_evaluator):
 
 def test_a_reference_that_changes_its_inputs_is_the_tasks_error(cpu_evaluator):
     # Submitted as itself, such a reference would be INCORRECT: the task is at fault, not a candidate.
-    source = structured_task("x", "x.relu_()", "return [torch.randn(256, 64)]")
-    task = task_from_source(source, task_id="test/L1/in_place", level=1, name="in_place")
-    result = cpu_evaluator.evaluate(task, source + "\n\nclass ModelNew(Model):\n    pass\n",
-                                    config=TEST_CONFIG.replace(policy="permissive"))
+    result = judged(cpu_evaluator, structured_task("x", "x.relu_()", "return [torch.randn(256, 64)]"))
     assert result.error_code is ErrorCode.TASK_ERROR and "modifies its input(s) [0]" in result.message, result.message
 
 
 def test_a_reference_that_is_never_finite_is_the_tasks_error(cpu_evaluator):
-    source = structured_task("x", "torch.log(torch.relu(x))", "return [torch.randn(256, 64)]")
-    task = task_from_source(source, task_id="test/L1/never_finite", level=1, name="never_finite")
-    result = cpu_evaluator.evaluate(task, source + "\n\nclass ModelNew(Model):\n    pass\n",
-                                    config=TEST_CONFIG.replace(policy="permissive"))
+    result = judged(cpu_evaluator, structured_task("x", "torch.log(torch.relu(x))", "return [torch.randn(256, 64)]"))
     assert result.error_code is ErrorCode.TASK_ERROR and "not finite" in result.message, result.message
 
 
