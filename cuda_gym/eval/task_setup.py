@@ -148,24 +148,32 @@ class TaskSetup:
         with torch.no_grad():
             if inputs is not None:
                 return forward(inputs)
-            try:
-                draw = self.draw(index)
-                replace = not self.within_task_range(draw)
-                outputs = [] if replace else forward(draw.inputs)
-                replace = replace or not finite(outputs)
-                del draw
-            except Exception as exc:  # noqa: BLE001 - a transformed draw may leave what the task accepts
-                if index == 0 or index in self.fallback or is_oom(exc):
-                    raise
-                outputs, replace = [], True
-            if replace and index not in self.fallback:
-                self.fallback.add(index)
-                outputs = forward(self.draw(index).inputs)
+            _, outputs = self._usable_draw(index, forward)
         if not finite(outputs):
             raise NonFiniteReference(f"the reference's output is not finite on input draw {index} nor on the plain "
                                      "draw that replaced it: a task's outputs must be finite (docs/task-format.md), "
                                      "since a candidate's NaN or inf is never correct")
         return outputs
+
+    def _usable_draw(self, index: int, forward: Any) -> tuple[Draw, list[torch.Tensor]]:
+        """Draw `index` and `forward`'s outputs on it, the draw first replaced by a plain one
+        where its integer inputs leave the task's range, the outputs are not finite, or `forward`
+        raises (not on draw 0, nor on a plain draw)."""
+        draw = self.draw(index)
+        try:
+            in_range = self.within_task_range(draw)
+            outputs = forward(draw.inputs) if in_range else []
+            replace = not in_range or not finite(outputs)
+        except Exception as exc:  # noqa: BLE001 - a transformed draw may leave what the task accepts
+            if index == 0 or index in self.fallback or is_oom(exc):
+                raise
+            replace = True
+        if replace and index not in self.fallback:
+            self.fallback.add(index)
+            draw = None  # freed before the plain draw is made
+            draw = self.draw(index)
+            outputs = forward(draw.inputs)
+        return draw, outputs
 
     def within_task_range(self, draw: Draw) -> bool:
         """Whether each integer or boolean input of a transformed draw lies within the range of the
@@ -325,16 +333,8 @@ class TaskSetup:
         tensors' template). Then where the timed calls' inputs come from (timed_inputs.TimedInputs)."""
         first = self.trial_count
         for index in range(first, first + self.plan.timing_sets):
-            draw = self.draw(index)
-            try:
-                usable = self.within_task_range(draw) and finite(self.reference_output(index, draw.inputs))
-            except Exception as exc:  # noqa: BLE001 - falls back as a trial's draw does
-                if is_oom(exc):
-                    raise
-                usable = False
-            if not usable:
-                self.fallback.add(index)
-                draw = self.draw(index)
+            with torch.no_grad():
+                draw, _ = self._usable_draw(index, lambda values: self.reference_output(index, values))
             self.timing_sets.append(draw.inputs)
         if not self.timing_sets:  # fresh draws, or no room for another set: the base inputs serve
             self.timing_sets.append(self.base)
